@@ -1,0 +1,5 @@
+"""``python -m benchmarks <name> [options]``."""
+
+from benchmarks.cli import main
+
+main()

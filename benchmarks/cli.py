@@ -1,0 +1,56 @@
+"""Command line of the benchmarks: one subcommand per benchmark module."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from types import ModuleType
+
+from benchmarks import (
+    drain,
+    herd,
+    notify_overhead,
+    redis_cost,
+    start_throughput,
+    steady_state,
+    wake_hints,
+    wake_latency,
+)
+
+BENCHMARKS: tuple[ModuleType, ...] = (
+    start_throughput,
+    drain,
+    steady_state,
+    wake_latency,
+    herd,
+    redis_cost,
+    notify_overhead,
+    wake_hints,
+)
+"""Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Measure queuert-notify; prints a markdown section for docs/benchmarks.md.",
+    )
+    commands = top.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    for module in BENCHMARKS:
+        sub = commands.add_parser(module.NAME, help=module.HELP, description=module.__doc__)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return top
+
+
+async def run_benchmark(argv: Sequence[str]) -> str:
+    """Run the benchmark ``argv`` names and return its markdown report."""
+    args = parser().parse_args(argv)
+    run: Callable[[argparse.Namespace], Awaitable[str]] = args.run
+    return await run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    print(asyncio.run(run_benchmark(sys.argv[1:] if argv is None else argv)))

@@ -1,0 +1,126 @@
+"""Issue #2: how fast one worker drains a backlog of no-op jobs.
+
+Each round fills fresh tables with ``--jobs`` pending jobs (untimed, in
+transactions of 1,000) and refreshes their planner statistics (``ANALYZE``,
+as autovacuum would on a long-lived table; ``--no-analyze`` skips it, which
+is the case of a burst landing on a table the planner still thinks is
+empty), then starts one :class:`Worker` (``--concurrency``
+slots) and measures from its start to the last ``completed`` event: jobs/s.
+
+Handlers do no work of their own. In atomic mode the handler takes
+``ctx.session`` (without running SQL in it), so each completion commits in
+the job's own transaction, which is what atomic mode is for; in staged mode
+completions are written in batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from benchmarks import runner, stacks
+from queuert_notify.client import ChainSpec
+from queuert_notify.events import WorkerEvent
+from queuert_notify.jobs import Job, JobContext
+from queuert_notify.worker import Worker, WorkerMode
+
+NAME = "drain"
+HELP = "jobs/s one worker (concurrency 10) drains a backlog of no-op jobs, atomic and staged"
+
+_FILL_BATCH = 1000
+_MODES: dict[str, WorkerMode] = {"atomic": "atomic", "staged": "staged"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rounds", type=int, default=3, help="recorded rounds per variant")
+    parser.add_argument(
+        "--jobs", default="10000", help="comma-separated backlog sizes, e.g. 10000,50000"
+    )
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument(
+        "--modes", default="atomic,staged", help="comma-separated worker modes: atomic, staged"
+    )
+    parser.add_argument(
+        "--no-analyze",
+        dest="analyze",
+        action="store_false",
+        help="claim from a freshly filled table without planner statistics (the worst case)",
+    )
+    stacks.add_stack_arguments(parser)
+
+
+async def _noop(job: Job, ctx: JobContext) -> None:
+    return None
+
+
+async def _in_session(job: Job, ctx: JobContext) -> None:
+    ctx.session  # noqa: B018  # opened, so the completion commits in the job's transaction
+
+
+async def fill(stack: stacks.Stack, jobs: int, type_name: str = "bench-noop") -> None:
+    """Start ``jobs`` chains of ``type_name`` in transactions of 1,000."""
+    for offset in range(0, jobs, _FILL_BATCH):
+        count = min(_FILL_BATCH, jobs - offset)
+        await stack.client.start_chains([ChainSpec(type_name) for _ in range(count)])
+
+
+def _variant(
+    state_kind: str, notify_kind: str, mode: WorkerMode, jobs: int, args: argparse.Namespace
+) -> runner.Variant:
+    async def one_round() -> runner.Figures:
+        async with stacks.open_stack(state_kind, notify_kind, args) as stack:
+            await fill(stack, jobs)
+            if args.analyze:
+                await stack.analyze()
+            done = asyncio.Event()
+            completed = 0
+            last = 0.0
+
+            def on_event(event: WorkerEvent) -> None:
+                nonlocal completed, last
+                if event.kind == "completed":
+                    completed += 1
+                    if completed == jobs:
+                        last = time.perf_counter()
+                        done.set()
+
+            worker = Worker(
+                await stack.new_client(),
+                {"bench-noop": _in_session if mode == "atomic" else _noop},
+                concurrency=args.concurrency,
+                mode=mode,
+                on_event=on_event,
+            )
+            started = time.perf_counter()
+            async with worker:
+                async with asyncio.timeout(max(120.0, jobs / 50)):
+                    await done.wait()
+        return {"jobs/s": jobs / (last - started)}
+
+    name = f"{stacks.label(state_kind, notify_kind)}, {mode}, {jobs:,} jobs"
+    return runner.Variant(name, one_round)
+
+
+async def run(args: argparse.Namespace) -> str:
+    modes = [_MODES[mode.strip()] for mode in args.modes.split(",") if mode.strip()]
+    sizes = [int(size) for size in args.jobs.split(",")]
+    variants = [
+        _variant(state, notify, mode, jobs, args)
+        for jobs in sizes
+        for state, notify in stacks.combinations(args)
+        for mode in modes
+    ]
+    results = await runner.alternate(variants, args.rounds, warmup=0)
+    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    return runner.report(
+        "Drain throughput",
+        [
+            f"Medians of {args.rounds} alternating rounds; one worker, concurrency "
+            f"{args.concurrency}, handlers without work (atomic: completion in the job's own "
+            "transaction; staged: batched completions), from worker start to the last "
+            "completion" + ("" if args.analyze else "; tables not analyzed after the fill") + ":",
+            runner.table(rows, first_column="state + notify, mode, backlog"),
+        ],
+        notes=[await stacks.server_notes(args), runner.machine_notes()],
+    )

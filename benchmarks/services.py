@@ -1,0 +1,84 @@
+"""Where the benchmarks find Redis and Postgres, and how they clean up after themselves.
+
+The servers are shared (other people's tests run against them): every run
+works under a prefix of its own and deletes only the keys under it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from contextlib import suppress
+
+from redis.asyncio import Redis
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+
+def redis_url() -> str:
+    """``QUEUERT_BENCH_REDIS_URL``, else the local default."""
+    return os.environ.get("QUEUERT_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
+
+
+def postgres_url() -> str:
+    """``QUEUERT_BENCH_POSTGRES_URL``, else the local default."""
+    return os.environ.get("QUEUERT_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+
+
+def nats_url() -> str:
+    """``QUEUERT_BENCH_NATS_URL``, else the local default."""
+    return os.environ.get("QUEUERT_BENCH_NATS_URL", DEFAULT_NATS_URL)
+
+
+def unique_prefix() -> str:
+    """A key/channel/table prefix no other run uses."""
+    return f"qbench{uuid.uuid4().hex[:10]}"
+
+
+async def delete_redis_prefix(url: str, prefix: str) -> None:
+    """Delete every key under ``{prefix}:`` (never FLUSHDB: the server is shared)."""
+    client = Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=500)]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+async def redis_server_version(url: str) -> str:
+    """The ``redis_version`` the server at ``url`` reports."""
+    client = Redis.from_url(url)
+    try:
+        info = await client.info("server")
+    finally:
+        await client.aclose()
+    return str(info.get("redis_version", "?"))
+
+
+async def delete_nats_bucket(url: str, bucket: str) -> None:
+    """Delete the JetStream KV bucket a run created (its wake budgets)."""
+    import nats
+    from nats.js.errors import NotFoundError
+
+    connection = await nats.connect(url)
+    try:
+        with suppress(NotFoundError):
+            await connection.jetstream().delete_key_value(bucket)
+    finally:
+        await connection.close()
+
+
+async def postgres_server_version(url: str) -> str:
+    """``server_version`` of the Postgres at ``url`` (a SQLAlchemy URL)."""
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return str(await conn.scalar(text("SHOW server_version")))
+    finally:
+        await engine.dispose()

@@ -1,0 +1,231 @@
+"""The system under test: one state backend with one notify adapter, on fresh tables.
+
+A :class:`Stack` is opened per round, so rounds never see each other's rows,
+and is dropped afterwards (only its own tables / keys / SQLite file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import MetaData, event, inspect, text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from benchmarks import services
+from queuert_notify.client import Client
+from queuert_notify.notify.in_process import InProcessNotifyAdapter
+from queuert_notify.notify.noop import NoopNotifyAdapter
+from queuert_notify.notify.protocol import NotifyAdapter
+
+STATE_KINDS = ("postgres", "sqlite")
+NOTIFY_KINDS = ("noop", "in-process", "redis", "postgres", "nats")
+DEFAULT_NOTIFY_KINDS = ("noop", "in-process", "redis")
+SHARED_NOTIFY_KINDS = ("noop", "in-process", "postgres")
+"""Adapters every node of a stack shares: in-memory ones reach only their own
+instance, and a Postgres NOTIFY adapter holds two server connections (32 of
+them would exhaust a shared server's max_connections); its messages still
+travel through the server."""
+
+_STATE_LABELS = {"postgres": "Postgres", "sqlite": "SQLite"}
+_NOTIFY_LABELS = {
+    "noop": "noop",
+    "in-process": "in-process",
+    "redis": "Redis",
+    "postgres": "Postgres NOTIFY",
+    "nats": "NATS",
+}
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--state``, ``--notify`` (comma-separated lists) and the service URLs."""
+    parser.add_argument(
+        "--state", default=",".join(STATE_KINDS), help=f"comma-separated: {', '.join(STATE_KINDS)}"
+    )
+    parser.add_argument(
+        "--notify",
+        default=",".join(DEFAULT_NOTIFY_KINDS),
+        help=f"comma-separated: {', '.join(NOTIFY_KINDS)}",
+    )
+    parser.add_argument("--redis-url", default=services.redis_url())
+    parser.add_argument("--postgres-url", default=services.postgres_url())
+    parser.add_argument("--nats-url", default=services.nats_url())
+
+
+def combinations(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """Every (state kind, notify kind) the arguments ask for, state-major."""
+    states = _kinds(args.state, STATE_KINDS, "--state")
+    notifies = _kinds(args.notify, NOTIFY_KINDS, "--notify")
+    return [(state, notify) for state in states for notify in notifies]
+
+
+def _kinds(value: str, allowed: Sequence[str], option: str) -> list[str]:
+    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
+    unknown = [kind for kind in kinds if kind not in allowed]
+    if unknown or not kinds:
+        choices = ", ".join(allowed)
+        raise SystemExit(f"{option}: unknown {unknown or value!r}; choose from {choices}")
+    return kinds
+
+
+async def server_notes(args: argparse.Namespace) -> str:
+    """Versions of the servers the chosen combinations use, for the report's notes."""
+    combos = combinations(args)
+    notes = []
+    if any(state == "postgres" or notify == "postgres" for state, notify in combos):
+        notes.append(f"Postgres {await services.postgres_server_version(args.postgres_url)}")
+    if any(state == "sqlite" for state, _ in combos):
+        notes.append(f"SQLite {sqlite3.sqlite_version} (WAL)")
+    if any(notify == "redis" for _, notify in combos):
+        notes.append(f"Redis {await services.redis_server_version(args.redis_url)}")
+    return ", ".join(notes) + " on the same host"
+
+
+def label(state_kind: str, notify_kind: str) -> str:
+    """``Postgres + Redis``: how a combination is named in tables."""
+    return f"{_STATE_LABELS[state_kind]} + {_NOTIFY_LABELS[notify_kind]}"
+
+
+StatementPredicate = Callable[[str, Any], bool]
+"""``(sql text, SQLAlchemy execution context) -> counted?``"""
+
+
+@dataclass
+class StatementCounter:
+    """Counts the SQL statements sent on an engine that a predicate selects."""
+
+    matches: StatementPredicate
+    count: int = 0
+
+    def __call__(
+        self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+    ) -> None:
+        if self.matches(statement, context):
+            self.count += 1
+
+
+@dataclass
+class Stack:
+    """One state adapter (fresh tables) and the notify adapter kind under test.
+
+    ``client`` is the producer's; :meth:`new_client` gives another node its own
+    client, with a notify adapter of its own for Redis and NATS, so messages and
+    wake budgets travel as they would between machines.
+    """
+
+    state_kind: str
+    notify_kind: str
+    engine: AsyncEngine
+    state: Any
+    client: Client
+    args: argparse.Namespace
+    prefix: str
+    _exits: AsyncExitStack = field(repr=False, default_factory=AsyncExitStack)
+
+    @property
+    def label(self) -> str:
+        return label(self.state_kind, self.notify_kind)
+
+    async def new_client(self) -> Client:
+        """A client for another node (a worker), closed with the stack."""
+        if self.notify_kind in SHARED_NOTIFY_KINDS:
+            return self.client
+        client = Client(state=self.state, notify=_notify(self.notify_kind, self.args, self.prefix))
+        return await self._exits.enter_async_context(client)
+
+    async def analyze(self) -> None:
+        """Refresh the planner statistics of this stack's tables, as autovacuum (Postgres)
+        or a periodic ``ANALYZE`` (SQLite) would on a table that lives longer than a run."""
+        async with self.engine.begin() as conn:
+            if self.state_kind == "sqlite":
+                await conn.execute(text("ANALYZE"))
+                return
+            names = await conn.run_sync(
+                lambda sync: [
+                    n for n in inspect(sync).get_table_names() if n.startswith(self.prefix)
+                ]
+            )
+            for name in names:
+                await conn.execute(text(f'ANALYZE "{name}"'))
+
+    def count_statements(self, matches: StatementPredicate) -> StatementCounter:
+        """Count statements on this stack's engine (and its execution-option views)
+        for which ``matches(sql, context)`` is true."""
+        counter = StatementCounter(matches)
+        event.listen(self.engine.sync_engine, "before_cursor_execute", counter)
+        return counter
+
+
+@asynccontextmanager
+async def open_stack(
+    state_kind: str, notify_kind: str, args: argparse.Namespace, *, pool_size: int = 12
+) -> AsyncIterator[Stack]:
+    """A migrated state adapter on tables of its own plus a connected client.
+
+    Postgres connections are capped at ``pool_size`` (the server is shared: a
+    benchmark must not starve other users of connections)."""
+    from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+
+    prefix = services.unique_prefix()
+    async with AsyncExitStack() as exits:
+        if state_kind == "sqlite":
+            workdir = tempfile.mkdtemp(prefix="queuert-bench-")
+            exits.callback(shutil.rmtree, workdir, True)
+            engine = create_async_engine(f"sqlite+aiosqlite:///{workdir}/jobs.db")
+        else:
+            engine = create_async_engine(args.postgres_url, pool_size=pool_size, max_overflow=0)
+        exits.push_async_callback(engine.dispose)
+        table_prefix = f"{prefix}_"
+        if state_kind == "postgres":
+            exits.push_async_callback(_drop_tables, engine, table_prefix)
+        state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
+        await state.migrate()
+        if notify_kind == "redis":
+            exits.push_async_callback(services.delete_redis_prefix, args.redis_url, prefix)
+        if notify_kind == "nats":
+            from queuert_notify.notify.nats import default_bucket
+
+            bucket = default_bucket(prefix)
+            exits.push_async_callback(services.delete_nats_bucket, args.nats_url, bucket)
+        client = await exits.enter_async_context(
+            Client(state=state, notify=_notify(notify_kind, args, prefix))
+        )
+        stack = Stack(state_kind, notify_kind, engine, state, client, args, prefix)
+        async with stack._exits:
+            yield stack
+
+
+def _notify(kind: str, args: argparse.Namespace, prefix: str) -> NotifyAdapter:
+    if kind == "noop":
+        return NoopNotifyAdapter()
+    if kind == "in-process":
+        return InProcessNotifyAdapter()
+    if kind == "redis":
+        from queuert_notify.notify.redis import RedisNotifyAdapter
+
+        return RedisNotifyAdapter(url=args.redis_url, prefix=prefix)
+    if kind == "postgres":
+        from queuert_notify.notify.postgres import PostgresNotifyAdapter
+
+        return PostgresNotifyAdapter(args.postgres_url, prefix=prefix)
+    from queuert_notify.notify.nats import NatsNotifyAdapter
+
+    return NatsNotifyAdapter(args.nats_url, prefix=prefix)
+
+
+async def _drop_tables(engine: AsyncEngine, table_prefix: str) -> None:
+    """Drop only the tables that carry this stack's prefix."""
+
+    def drop(sync_conn: Any) -> None:
+        metadata = MetaData()
+        metadata.reflect(sync_conn, only=lambda name, _: name.startswith(table_prefix))
+        metadata.drop_all(sync_conn)
+
+    async with engine.begin() as conn:
+        await conn.run_sync(drop)

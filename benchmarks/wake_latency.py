@@ -1,0 +1,110 @@
+"""Issue #4: how long an idle worker takes to start a job after its chain was committed.
+
+One worker (concurrency 1, ``--poll-interval`` 60 s) idles; the producer, a
+separate client, starts a chain in its own transaction. Latency runs from
+``start_chain`` returning (the commit is done and the wakeup published) to the
+first line of the handler. After each job completes the producer waits a
+random gap (``--min-gap`` to ``--max-gap``), so wakeups never fall into a
+rhythm with the worker's loop.
+
+The noop adapter has no notifications: its worker finds jobs only by polling,
+so it runs with ``--noop-poll-interval`` and ``--noop-samples`` (a 60 s poll
+would take hours); its latency is about half that poll interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+
+from benchmarks import runner, stacks
+from queuert_notify.events import WorkerEvent
+from queuert_notify.jobs import Job, JobContext
+from queuert_notify.worker import Worker
+
+NAME = "wake-latency"
+HELP = "commit→handler start latency of an idle worker with a 60 s poll interval"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rounds", type=int, default=3, help="recorded rounds per combination")
+    parser.add_argument("--samples", type=int, default=200, help="jobs per round")
+    parser.add_argument("--poll-interval", type=float, default=60.0)
+    parser.add_argument("--min-gap", type=float, default=0.02, help="seconds between jobs, min")
+    parser.add_argument("--max-gap", type=float, default=0.1, help="seconds between jobs, max")
+    parser.add_argument("--noop-poll-interval", type=float, default=1.0)
+    parser.add_argument("--noop-samples", type=int, default=20)
+    stacks.add_stack_arguments(parser)
+
+
+def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> runner.Variant:
+    polling_only = notify_kind == "noop"
+    samples = args.noop_samples if polling_only else args.samples
+    poll_interval = args.noop_poll_interval if polling_only else args.poll_interval
+
+    async def one_round() -> runner.Figures:
+        loop = asyncio.get_running_loop()
+        # chain id -> when its handler started; created by whichever side gets there
+        # first (the handler can start before start_chain has returned).
+        arrivals: dict[str, asyncio.Future[float]] = {}
+
+        completions: dict[str, asyncio.Future[None]] = {}
+
+        def arrival(chain_id: str) -> asyncio.Future[float]:
+            return arrivals.setdefault(chain_id, loop.create_future())
+
+        def completion(chain_id: str) -> asyncio.Future[None]:
+            return completions.setdefault(chain_id, loop.create_future())
+
+        def on_event(event: WorkerEvent) -> None:
+            if event.kind == "completed" and event.chain_id is not None:
+                completion(event.chain_id).set_result(None)
+
+        async def handler(job: Job, ctx: JobContext) -> None:
+            arrival(job.chain_id).set_result(time.perf_counter())
+
+        async with stacks.open_stack(state_kind, notify_kind, args) as stack:
+            worker = Worker(
+                await stack.new_client(),
+                {"bench-wake": handler},
+                concurrency=1,
+                poll_interval=poll_interval,
+                on_event=on_event,
+            )
+            latencies = []
+            async with worker:
+                await asyncio.sleep(0.2)  # past the worker's first poll: it is asleep
+                for _ in range(samples):
+                    await asyncio.sleep(random.uniform(args.min_gap, args.max_gap))
+                    chain = await stack.client.start_chain("bench-wake")
+                    committed = time.perf_counter()
+                    async with asyncio.timeout(poll_interval * 3 + 5):
+                        handler_started = await arrival(chain.id)
+                        # Idle again before the next gap starts: nothing queues behind it.
+                        await completion(chain.id)
+                    latencies.append(max(0.0, handler_started - committed))
+        return runner.percentiles(latencies)
+
+    name = stacks.label(state_kind, notify_kind)
+    if polling_only:
+        name += f" (poll {poll_interval:g} s)"
+    return runner.Variant(name, one_round)
+
+
+async def run(args: argparse.Namespace) -> str:
+    variants = [_variant(state, notify, args) for state, notify in stacks.combinations(args)]
+    results = await runner.alternate(variants, args.rounds, warmup=0)
+    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    return runner.report(
+        "Wake latency",
+        [
+            f"Medians over {args.rounds} alternating rounds of each round's percentiles; "
+            f"{args.samples} jobs per round (noop: {args.noop_samples}), random gaps "
+            f"{args.min_gap * 1000:g} to {args.max_gap * 1000:g} ms, poll interval "
+            f"{args.poll_interval:g} s:",
+            runner.table(rows, first_column="state + notify"),
+        ],
+        notes=[await stacks.server_notes(args), runner.machine_notes()],
+    )

@@ -1,0 +1,356 @@
+"""``queuert-notify``: the demo, a worker runner, migrations and chain inspection."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import click
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from queuert_notify.errors import QueuertError, mask_url
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from queuert_notify.demo import DemoReport
+    from queuert_notify.worker import Worker
+    from state_adapters.protocol import JobStatus
+    from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+
+T = TypeVar("T")
+
+DATABASE_URL_ENV = "QUEUERT_DATABASE_URL"
+DEFAULT_TABLE_PREFIX = "queuert_"
+CHAIN_STATUSES = ("blocked", "pending", "running", "completed", "failed", "cancelled")
+
+database_url_option = click.option(
+    "--database-url",
+    envvar=DATABASE_URL_ENV,
+    required=True,
+    help=f"SQLAlchemy URL of the job database (or ${DATABASE_URL_ENV}), e.g. "
+    "postgresql+psycopg://user@host/db or sqlite+aiosqlite:///jobs.db",
+)
+table_prefix_option = click.option(
+    "--table-prefix",
+    default=DEFAULT_TABLE_PREFIX,
+    show_default=True,
+    help="Prefix of the queue's tables.",
+)
+
+
+@click.group()
+@click.version_option(package_name="queuert-notify")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+def main(verbose: bool) -> None:
+    """A durable job queue in your own SQL database, woken by notify adapters."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(message)s",
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
+    )
+
+
+@main.command()
+@click.option(
+    "--database-url",
+    default=None,
+    help="Run on this database instead of a fresh SQLite file (tables get a unique "
+    "prefix and are dropped afterwards).",
+)
+@click.option("--redis-url", default=None, help="Use Redis notify instead of in-process.")
+@click.option("--chains", default=3000, show_default=True, type=click.IntRange(1))
+@click.option("--workers", default=4, show_default=True, type=click.IntRange(1))
+@click.option("--concurrency", default=10, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--mode", type=click.Choice(["atomic", "staged"]), default="atomic", show_default=True
+)
+def demo(
+    database_url: str | None,
+    redis_url: str | None,
+    chains: int,
+    workers: int,
+    concurrency: int,
+    mode: str,
+) -> None:
+    """Run chains with continuations, a blocker and retries through several workers,
+    then print throughput and wake latency. Needs no server by default."""
+    from queuert_notify.demo import run_demo
+
+    where = mask_url(database_url) if database_url else "a fresh SQLite file"
+    via = mask_url(redis_url) if redis_url else "in-process notify"
+    _console().print(
+        f"[bold]queuert-notify demo[/]: {chains} chains x 3 jobs, {workers} workers x "
+        f"{concurrency} slots ({mode} mode), on {where} with {via}"
+    )
+    with Progress(
+        TextColumn("chains"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=_console(),
+    ) as bar:
+        task = bar.add_task("chains", total=chains + 2)
+        report = _run(
+            run_demo(
+                database_url=_async_url(database_url) if database_url else None,
+                redis_url=redis_url,
+                chains=chains,
+                workers=workers,
+                concurrency=concurrency,
+                mode="staged" if mode == "staged" else "atomic",
+                progress=lambda done, total: bar.update(task, completed=done, total=total),
+            )
+        )
+    _console().print(_summary_table(report))
+
+
+def _summary_table(report: DemoReport) -> Table:
+    from queuert_notify.demo import latency_summary
+
+    table = Table(title="demo summary", show_header=False)
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("database", report.database)
+    table.add_row("notify adapter", report.notify)
+    table.add_row("workers x concurrency", f"{report.workers} x {report.concurrency}")
+    table.add_row("mode", report.mode)
+    table.add_row("chains finished", str(report.chains))
+    table.add_row("jobs run", str(report.jobs))
+    table.add_row("elapsed", f"{report.seconds:.2f} s")
+    table.add_row("throughput", f"{report.jobs_per_second:,.0f} jobs/s")
+    table.add_row(
+        "wake latency p50 / p90 / p99",
+        f"{latency_summary(report)} ms  ({len(report.wake_latencies_ms)} idle probes, "
+        "commit -> handler start)",
+    )
+    table.add_row("retries", str(report.retries))
+    table.add_row("failed chains", f"{report.failures} (1 fails on purpose)")
+    table.add_row(
+        "final job statuses",
+        ", ".join(f"{k}: {v}" for k, v in sorted(report.final_statuses.items())),
+    )
+    return table
+
+
+@main.command("worker")
+@click.argument("target")
+def worker_command(target: str) -> None:
+    """Run the worker TARGET, given as module:attr -- a Worker, or a function (sync or
+    async) returning one. SIGTERM/SIGINT drain running jobs, a second one cancels them."""
+    _run(_run_worker(target))
+
+
+async def _run_worker(target: str) -> None:
+    worker = await _load_worker(target)
+    engine = getattr(worker.client.state, "engine", None)
+    try:
+        async with worker.client:
+            _console().print(
+                f"worker [bold]{worker.worker_id}[/] handling {', '.join(worker.type_names)} "
+                f"(concurrency {worker.concurrency}, {worker.mode} mode)",
+                highlight=False,
+            )
+            await worker.run()
+    finally:
+        # The process ends here: release the pool (an undisposed aiosqlite engine keeps
+        # a non-daemon thread alive and the process with it).
+        if engine is not None:
+            await engine.dispose()
+
+
+async def _load_worker(target: str) -> Worker:
+    from queuert_notify.worker import Worker
+
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise click.UsageError(f"expected module:attr, got {target!r}")
+    # Like `python -m`: modules in the current directory are importable.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.UsageError(f"cannot import {module_name!r}: {exc}") from None
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise click.UsageError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(obj, Worker) and callable(obj):
+        obj = obj()
+        if inspect.isawaitable(obj):
+            obj = await obj
+    if not isinstance(obj, Worker):
+        raise click.UsageError(
+            f"{target} is a {type(obj).__name__}; expected a Worker or a function returning one"
+        )
+    return obj
+
+
+@main.command()
+@database_url_option
+@table_prefix_option
+def migrate(database_url: str, table_prefix: str) -> None:
+    """Create or upgrade the queue's tables (idempotent)."""
+
+    async def go(state: SqlAlchemyStateAdapter) -> None:
+        await state.migrate()
+
+    _run(_with_state(database_url, table_prefix, go))
+    _console().print(f"migrated {mask_url(database_url)} (table prefix {table_prefix!r})")
+
+
+@main.group()
+def chains() -> None:
+    """Inspect chains."""
+
+
+@chains.command("list")
+@database_url_option
+@table_prefix_option
+@click.option("--status", type=click.Choice(CHAIN_STATUSES), default=None)
+@click.option("--type", "type_name", default=None, help="Type name of the chain's first job.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+def chains_list(
+    database_url: str, table_prefix: str, status: str | None, type_name: str | None, limit: int
+) -> None:
+    """List chains, newest first."""
+
+    async def go(state: SqlAlchemyStateAdapter) -> Any:
+        return await state.list_chains(
+            status=cast("JobStatus | None", status),  # click.Choice(CHAIN_STATUSES)
+            type_name=type_name,
+            limit=limit,
+        )
+
+    page = _run(_with_state(database_url, table_prefix, go))
+    table = Table(title="chains")
+    # Ids are what users copy into `chains show`: never wrap or cut them.
+    table.add_column("id", no_wrap=True, min_width=max((len(c.id) for c in page.items), default=2))
+    for column in ("type", "status", "created", "completed", "output"):
+        table.add_column(column)
+    for chain in page.items:
+        table.add_row(
+            chain.id,
+            chain.type_name,
+            chain.status,
+            _when(chain.created_at),
+            _when(chain.completed_at),
+            _short(chain.output),
+        )
+    _console().print(table)
+    if page.next_cursor:
+        _console().print(f"more: --limit {limit * 2} shows the next ones", style="dim")
+
+
+@chains.command("show")
+@database_url_option
+@table_prefix_option
+@click.argument("chain_id")
+def chains_show(database_url: str, table_prefix: str, chain_id: str) -> None:
+    """Show one chain and every job in it."""
+
+    async def go(state: SqlAlchemyStateAdapter) -> tuple[Any, Any]:
+        chain = await state.get_chain(chain_id)
+        jobs = await state.list_jobs(chain_id=chain_id, limit=1000)
+        return chain, jobs
+
+    chain, jobs = _run(_with_state(database_url, table_prefix, go))
+    _console().print(
+        f"chain [bold]{chain.id}[/] ({chain.type_name}): [bold]{chain.status}[/], "
+        f"created {_when(chain.created_at)}, completed {_when(chain.completed_at)}",
+        highlight=False,
+    )
+    _console().print(f"output: {_short(chain.output, 500)}", highlight=False)
+    table = Table(title="jobs")
+    table.add_column("#")
+    table.add_column("id", no_wrap=True, min_width=max((len(j.id) for j in jobs.items), default=2))
+    for column in ("type", "status", "attempt", "scheduled", "input", "error"):
+        table.add_column(column)
+    for job in sorted(jobs.items, key=lambda j: j.chain_index):
+        attempts = f"{job.attempt}/{job.max_attempts or '∞'}"
+        error = (job.last_error or "").strip().splitlines()
+        table.add_row(
+            str(job.chain_index),
+            job.id,
+            job.type_name,
+            job.status,
+            attempts,
+            _when(job.scheduled_at),
+            _short(job.input),
+            error[-1] if error else "",
+        )
+    _console().print(table)
+
+
+async def _with_state(
+    database_url: str,
+    table_prefix: str,
+    action: Callable[[SqlAlchemyStateAdapter], Awaitable[T]],
+) -> T:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+
+    engine: AsyncEngine = create_async_engine(_async_url(database_url))
+    try:
+        return await action(SqlAlchemyStateAdapter(engine, table_prefix=table_prefix))
+    finally:
+        await engine.dispose()
+
+
+def _async_url(url: str) -> str:
+    """Pick the async driver the project ships when the URL names none."""
+    for plain, with_driver in (
+        ("postgres://", "postgresql+psycopg://"),
+        ("postgresql://", "postgresql+psycopg://"),
+        ("sqlite://", "sqlite+aiosqlite://"),
+    ):
+        if url.startswith(plain):
+            return with_driver + url[len(plain) :]
+    return url
+
+
+def _run(coro: Awaitable[T]) -> T:
+    """Run ``coro``; turn the library's typed errors into a one-line CLI error."""
+
+    async def main() -> T:
+        return await coro
+
+    try:
+        return asyncio.run(main())
+    except QueuertError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+
+
+def _console() -> Console:
+    # Created per use, so the terminal width (or $COLUMNS) is read when printing.
+    return Console()
+
+
+def _when(moment: Any) -> str:
+    """UTC, to the second, without the offset (every stored time is UTC)."""
+    if moment is None:
+        return "-"
+    return str(moment.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    if value is None:
+        return "-"
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,347 @@
+"""Start, await and inspect chains from application code.
+
+The :class:`Client` ties one state adapter (the truth) to one notify adapter (the
+hints). Every write either joins the caller's SQLAlchemy transaction (``session=``),
+in which case its notifications are published only after that transaction commits,
+or runs in a transaction of its own and publishes right after its commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from queuert_notify.errors import InvalidInputError, NotifyAdapterClosedError, WaitChainTimeoutError
+from queuert_notify.hooks import (
+    NotificationBuffer,
+    buffer_for_transaction,
+    wait_for_notifications,
+)
+from queuert_notify.notify.protocol import NotifyAdapter
+from queuert_notify.validation import check_json, new_chain, new_job
+from state_adapters.protocol import (
+    FINAL_STATUSES,
+    ChainRecord,
+    DedupScope,
+    JobRecord,
+    JobStatus,
+    NewChain,
+    Page,
+    StartedChain,
+    StateAdapter,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    CallerSession = AsyncSession | AsyncConnection | None
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_AWAIT_POLL_INTERVAL = 5.0
+"""``await_chain`` re-reads the database at least this often (seconds), so a lost
+chain-completed notification costs at most this much latency."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChainSpec:
+    """One chain to start with :meth:`Client.start_chains`; fields as in
+    :meth:`Client.start_chain`."""
+
+    type_name: str
+    input: Any = None
+    dedup_key: str | None = None
+    dedup_scope: DedupScope = "incomplete"
+    dedup_window: float | None = None
+    run_at: datetime | None = None
+    delay: float | None = None
+    priority: int = 0
+    blockers: Sequence[str] = ()
+    max_attempts: int | None = None
+
+    def to_new_chain(self) -> NewChain:
+        """Validate and convert; raises ``InvalidInputError`` before anything is written."""
+        job = new_job(
+            self.type_name,
+            self.input,
+            run_at=self.run_at,
+            delay=self.delay,
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+        )
+        return new_chain(
+            job,
+            dedup_key=self.dedup_key,
+            dedup_scope=self.dedup_scope,
+            dedup_window=self.dedup_window,
+            blockers=self.blockers,
+        )
+
+
+class Client:
+    """Application-side access to the queue.
+
+    ``async with Client(state=..., notify=...)`` connects the notify adapter on enter
+    and closes it on exit (the state adapter and its engine stay the caller's). Workers
+    built on this client use the same adapters, so keep the client open while they run.
+    """
+
+    def __init__(self, *, state: StateAdapter, notify: NotifyAdapter) -> None:
+        self.state = state
+        self.notify = notify
+
+    async def __aenter__(self) -> Client:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Connect the notify adapter (idempotent)."""
+        await self.notify.connect()
+
+    async def close(self) -> None:
+        """Publish what committed transactions still owe, then close the notify adapter
+        (idempotent). The state adapter is left open."""
+        await wait_for_notifications()
+        await self.notify.close()
+
+    # -- starting chains -------------------------------------------------------------
+
+    async def start_chain(
+        self,
+        type_name: str,
+        input: Any = None,
+        *,
+        session: CallerSession = None,
+        dedup_key: str | None = None,
+        dedup_scope: DedupScope = "incomplete",
+        dedup_window: float | None = None,
+        run_at: datetime | None = None,
+        delay: float | None = None,
+        priority: int = 0,
+        blockers: Sequence[str] = (),
+        max_attempts: int | None = None,
+    ) -> StartedChain:
+        """Start a chain whose first job is ``type_name`` with ``input``.
+
+        With ``session`` the chain is written in the caller's transaction, which this
+        call never commits; the wakeup is published after that transaction commits and
+        dropped if it rolls back. ``dedup_key`` returns an existing chain (with
+        ``deduplicated=True``) instead of creating one; ``run_at`` (timezone-aware) or
+        ``delay`` (seconds) postpone it; ``blockers`` are chain ids that must complete
+        first. Invalid arguments raise ``InvalidInputError`` before anything is written.
+        """
+        spec = ChainSpec(
+            type_name=type_name,
+            input=input,
+            dedup_key=dedup_key,
+            dedup_scope=dedup_scope,
+            dedup_window=dedup_window,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            blockers=blockers,
+            max_attempts=max_attempts,
+        )
+        (started,) = await self.start_chains([spec], session=session)
+        return started
+
+    async def start_chains(
+        self, specs: Sequence[ChainSpec], *, session: CallerSession = None
+    ) -> list[StartedChain]:
+        """Start several chains in one transaction (all or none), in order.
+
+        Every spec is validated before anything is written; one notify round trip
+        covers the whole batch.
+        """
+        if isinstance(specs, ChainSpec):
+            raise InvalidInputError("start_chains takes a list of ChainSpec; use start_chain")
+        chains = []
+        for spec in specs:
+            if not isinstance(spec, ChainSpec):
+                raise InvalidInputError(f"start_chains takes ChainSpec items, got {spec!r}")
+            chains.append(spec.to_new_chain())
+        if not chains:
+            return []
+        return await self._write(
+            session, lambda notes: self.state.start_chains(chains, notes=notes, session=session)
+        )
+
+    # -- waiting ---------------------------------------------------------------------
+
+    async def await_chain(
+        self,
+        chain_id: str,
+        timeout: float | None = None,  # noqa: ASYNC109  # public API fixed by DESIGN
+        *,
+        poll_interval: float = DEFAULT_AWAIT_POLL_INTERVAL,
+    ) -> ChainRecord:
+        """Wait until the chain is completed, failed or cancelled, and return it.
+
+        Woken by the chain-completed notification; the database is the truth and is
+        re-read at least every ``poll_interval`` seconds, so a lost notification costs
+        latency, never the result. Raises ``WaitChainTimeoutError`` after ``timeout``
+        seconds (``None``: wait forever) and ``ChainNotFoundError`` for an unknown id.
+        """
+        if poll_interval <= 0:
+            raise InvalidInputError(f"poll_interval must be > 0, got {poll_interval!r}")
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        signal = asyncio.Event()
+        # Subscribe before the first read so a completion that lands between the
+        # read and the wait still wakes us.
+        unsubscribe = await self._listen_chain_completed(chain_id, signal.set)
+        try:
+            while True:
+                # Cleared before each read: a signal arriving during the read re-sets it.
+                signal.clear()
+                chain = await self.state.get_chain(chain_id)
+                if chain.status in FINAL_STATUSES:
+                    return chain
+                wait = poll_interval
+                if deadline is not None:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise WaitChainTimeoutError(
+                            f"chain {chain_id} is still {chain.status} after {timeout}s; "
+                            "is a worker with a handler for its job type running?"
+                        )
+                    wait = min(wait, remaining)
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(signal.wait(), wait)
+        finally:
+            if unsubscribe is not None:
+                try:
+                    await unsubscribe()
+                except Exception:
+                    logger.warning(
+                        "unsubscribing from chain completion failed",
+                        exc_info=True,
+                        extra={"chain_id": chain_id},
+                    )
+
+    async def _listen_chain_completed(
+        self, chain_id: str, callback: Callable[[], object]
+    ) -> Callable[[], Awaitable[None]] | None:
+        try:
+            return await self.notify.listen_chain_completed(chain_id, callback)
+        except NotifyAdapterClosedError:
+            raise
+        except Exception:
+            # The database stays the truth: without the subscription we only poll.
+            logger.warning(
+                "cannot listen for chain completion; polling only",
+                exc_info=True,
+                extra={"chain_id": chain_id},
+            )
+            return None
+
+    # -- inspecting ------------------------------------------------------------------
+
+    async def get_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """The chain as stored now; raises ``ChainNotFoundError``."""
+        return await self.state.get_chain(chain_id, session=session)
+
+    async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
+        """The job as stored now; raises ``JobNotFoundError``."""
+        return await self.state.get_job(job_id, session=session)
+
+    async def list_chains(
+        self,
+        *,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Chains newest first; pass ``page.next_cursor`` as ``after`` for the next page."""
+        return await self.state.list_chains(
+            status=status, type_name=type_name, limit=limit, after=after
+        )
+
+    async def list_jobs(
+        self,
+        *,
+        chain_id: str | None = None,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Jobs newest first (in chain order inside one chain), keyset-paginated."""
+        return await self.state.list_jobs(
+            chain_id=chain_id, status=status, type_name=type_name, limit=limit, after=after
+        )
+
+    async def count_jobs(self, *, type_names: Sequence[str] | None = None) -> Mapping[str, int]:
+        """Number of jobs per status."""
+        return await self.state.count_jobs(type_names=type_names)
+
+    # -- acting on chains ------------------------------------------------------------
+
+    async def trigger(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """Make the chain's pending job due now (skipping its delay or retry backoff)."""
+        return await self._write(
+            session,
+            lambda notes: self.state.trigger_chain(chain_id, notes=notes, session=session),
+        )
+
+    async def cancel(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """Cancel the chain's unfinished job; a worker running it loses ownership and
+        its handler is cancelled."""
+        return await self._write(
+            session,
+            lambda notes: self.state.cancel_chain(chain_id, notes=notes, session=session),
+        )
+
+    async def complete_chain(
+        self, chain_id: str, output: Any = None, *, session: CallerSession = None
+    ) -> ChainRecord:
+        """Complete the chain from application code, without a worker (e.g. an
+        approval step); a worker running its job loses ownership."""
+        check_json(output, "output")
+        return await self._write(
+            session,
+            lambda notes: self.state.complete_chain(chain_id, output, notes=notes, session=session),
+        )
+
+    async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
+        """Delete the chain and its jobs; raises ``ChainInUseError`` while other jobs
+        are blocked on it."""
+        await self.state.delete_chain(chain_id, session=session)
+
+    # -- notifications ---------------------------------------------------------------
+
+    async def _write(
+        self,
+        session: CallerSession,
+        write: Callable[[NotificationBuffer], Awaitable[T]],
+    ) -> T:
+        if session is not None:
+            # Published by the buffer after the caller's COMMIT, dropped on rollback.
+            return await write(buffer_for_transaction(session, self.notify))
+        notes = NotificationBuffer()
+        result = await write(notes)
+        await self.flush(notes)
+        return result
+
+    async def flush(self, notes: NotificationBuffer) -> None:
+        """Publish ``notes`` now. The change is already committed and notifications are
+        hints, so a transport failure is logged, never raised: workers find the jobs on
+        their next poll."""
+        try:
+            await notes.flush(self.notify)
+        except Exception:
+            logger.warning(
+                "publishing notifications failed; workers will find the change on their next poll",
+                exc_info=True,
+            )

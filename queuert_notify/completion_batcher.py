@@ -1,0 +1,100 @@
+"""Coalesces completions that finish close together into one ``complete_jobs`` call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from queuert_notify.errors import JobOwnershipLostError
+from queuert_notify.hooks import NotificationBuffer
+from state_adapters.protocol import Completion, JobRecord, StateAdapter
+
+logger = logging.getLogger(__name__)
+
+CompletionResult = JobRecord | JobOwnershipLostError
+
+
+class CompletionBatcher:
+    """Completes leased jobs in batches, each batch one transaction and one notify flush.
+
+    Invariants: every submitted completion is written exactly once or its caller gets
+    the error (a batch that fails fails all its callers, whose leases then expire and
+    are retried); at most one batch is in flight, so completions that arrive while one
+    is being written form the next batch (up to ``max_batch``); ``close()`` writes
+    what is queued, then stops the owned task.
+    """
+
+    def __init__(
+        self,
+        state: StateAdapter,
+        flush: Callable[[NotificationBuffer], Awaitable[None]],
+        *,
+        max_batch: int = 100,
+        max_delay: float = 0.002,
+    ) -> None:
+        self._state = state
+        self._flush = flush
+        self._max_batch = max_batch
+        self._max_delay = max_delay
+        self._queue: list[tuple[Completion, asyncio.Future[CompletionResult]]] = []
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def complete(self, completion: Completion) -> CompletionResult:
+        """Write ``completion`` with the next batch; returns the completed job, or the
+        ``JobOwnershipLostError`` for a stale lease token (nothing written for it)."""
+        if self._closed:
+            raise RuntimeError("the completion batcher is closed")
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="queuert-completion-batcher")
+        future: asyncio.Future[CompletionResult] = asyncio.get_running_loop().create_future()
+        self._queue.append((completion, future))
+        self._ready.set()
+        # Shielded: a caller cancelled while its batch is in flight must not cancel the
+        # write for every other job in the batch.
+        return await asyncio.shield(future)
+
+    async def _run(self) -> None:
+        while True:
+            await self._ready.wait()
+            if not self._queue:
+                if self._closed:
+                    return
+                self._ready.clear()
+                continue
+            if not self._closed and len(self._queue) < self._max_batch and self._max_delay > 0:
+                # A short linger lets completions finishing together share a transaction.
+                await asyncio.sleep(self._max_delay)
+            await self._write_batch()
+
+    async def _write_batch(self) -> None:
+        batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+        notes = NotificationBuffer()
+        try:
+            results = await self._state.complete_jobs([c for c, _ in batch], notes=notes)
+        except Exception as exc:
+            logger.warning(
+                "completing a batch of jobs failed; their leases will expire and they will "
+                "be retried",
+                exc_info=True,
+                extra={"job_ids": [c.job_id for c, _ in batch]},
+            )
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        await self._flush(notes)
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+    async def close(self) -> None:
+        """Write every queued completion, then let the background task end."""
+        self._closed = True
+        if self._task is None:
+            return
+        self._ready.set()
+        await self._task
+        self._task = None

@@ -1,0 +1,52 @@
+"""What a worker reports to ``Worker(on_event=...)`` while it runs jobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+EventKind = Literal[
+    "started",
+    "completed",
+    "retried",
+    "failed",
+    "ownership_lost",
+    "abandoned",
+    "reaped",
+    "progress",
+]
+"""
+- ``started``: the handler is about to run (``attempt`` counts from 1);
+- ``completed``: the completion (and any continuation) committed;
+- ``retried``: the attempt failed and the job is pending again at ``retry_at``;
+- ``failed``: the attempt failed and no attempts are left (the chain failed);
+- ``ownership_lost``: the worker lost the job (lease reaped, chain cancelled or completed
+  elsewhere); the handler was cancelled and nothing it returns is written;
+- ``abandoned``: the worker stopped (drain timeout, forced stop) before the handler
+  finished; the handler was cancelled and the job runs again once its lease expires;
+- ``reaped``: this worker returned another worker's expired job to pending (or failed);
+  only ``job_id`` is known;
+- ``progress``: the handler stored ``progress`` with ``ctx.set_progress``.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEvent:
+    """One thing that happened to one job on one worker. Delivered on the event loop;
+    a callback that raises is logged and never affects the job."""
+
+    kind: EventKind
+    job_id: str
+    worker_id: str
+    type_name: str | None = None
+    chain_id: str | None = None
+    attempt: int | None = None
+    error: str | None = None
+    """``retried``/``failed``: the error recorded; ``ownership_lost``: why."""
+    retry_at: datetime | None = None
+    progress: Any = None
+    continued_with: str | None = None
+    """``completed`` by ``continue_with``: the type name of the chain's next job."""
+    at: float = field(default=0.0)
+    """``time.time()`` when the event happened."""

@@ -1,0 +1,215 @@
+"""What a handler sees: the :class:`Job` it runs, its :class:`JobContext`, and the registry
+that maps type names to handlers.
+
+A handler is ``async def handler(job, ctx) -> output`` (or a plain ``def``, run in a
+thread). It finishes its job by returning a JSON-serializable output, which completes
+the chain, or by returning ``ctx.continue_with(type_name, input)``, which creates the
+chain's next job in the same transaction as the completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from queuert_notify.errors import ConfigurationError, InvalidInputError
+from queuert_notify.validation import check_json, check_type_name, new_job
+from state_adapters.protocol import ContinueWith, JobRecord, StateAdapter
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+Handler: TypeAlias = (
+    Callable[["Job", "JobContext"], Awaitable[Any]] | Callable[["Job", "JobContext"], Any]
+)
+"""``(job, ctx) -> output | ContinueWith``; a coroutine function or a plain function."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """The job a handler runs, as it was when this worker acquired it."""
+
+    id: str
+    chain_id: str
+    chain_index: int
+    """0 for the chain's first job, 1 for its first continuation, ..."""
+    type_name: str
+    input: Any
+    attempt: int
+    """1 on the first run; a retry or a reaped lease runs it again with attempt + 1."""
+    max_attempts: int | None
+    priority: int
+    created_at: datetime
+    scheduled_at: datetime
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> Job:
+        return cls(
+            id=record.id,
+            chain_id=record.chain_id,
+            chain_index=record.chain_index,
+            type_name=record.type_name,
+            input=record.input,
+            attempt=record.attempt,
+            max_attempts=record.max_attempts,
+            priority=record.priority,
+            created_at=record.created_at,
+            scheduled_at=record.scheduled_at,
+        )
+
+
+class JobContext:
+    """Per-run services for a handler.
+
+    Every write made through the context is fenced by this run's lease token: once the
+    worker has lost the job (lease reaped, chain cancelled or completed elsewhere) the
+    write changes nothing and raises :class:`~queuert_notify.errors.JobOwnershipLostError`.
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        state: StateAdapter,
+        worker_id: str,
+        lease_token: str,
+        lease_seconds: float,
+        session_factory: Callable[[], AsyncSession] | None,
+        no_session_reason: str = "ctx.session is not available here",
+        on_progress: Callable[[Any], None],
+        on_lease_renewed: Callable[[datetime], None],
+    ) -> None:
+        self.job = job
+        self.worker_id = worker_id
+        self._state = state
+        self._lease_token = lease_token
+        self._lease_seconds = lease_seconds
+        self._session_factory = session_factory
+        self._no_session_reason = no_session_reason
+        self._session: AsyncSession | None = None
+        self._on_progress = on_progress
+        self._on_lease_renewed = on_lease_renewed
+
+    @property
+    def session(self) -> AsyncSession:
+        """The transaction this job's completion commits in (atomic mode only).
+
+        Rows the handler writes here commit together with the completion and any
+        ``continue_with``, or not at all (handler error, lost ownership). The session is
+        opened on first access; a handler that never touches it costs no transaction.
+        """
+        if self._session_factory is None:
+            raise ConfigurationError(self._no_session_reason)
+        if self._session is None:
+            self._session = self._session_factory()
+        return self._session
+
+    @property
+    def opened_session(self) -> AsyncSession | None:
+        """The session if the handler opened one, else ``None`` (for the worker)."""
+        return self._session
+
+    async def set_progress(self, progress: Any) -> None:
+        """Store a JSON-serializable progress value on the job (visible to ``get_job``)."""
+        check_json(progress, "progress")
+        await self._state.set_progress(self.job.id, self._lease_token, progress)
+        self._on_progress(progress)
+
+    async def heartbeat(self) -> None:
+        """Extend the lease now and confirm this run still owns the job.
+
+        The worker renews leases by itself; call this before an irreversible external
+        action to be sure the job was not reaped in the meantime.
+        """
+        leased_until = await self._state.renew_lease(
+            self.job.id, self._lease_token, self._lease_seconds
+        )
+        self._on_lease_renewed(leased_until)
+
+    def continue_with(
+        self,
+        type_name: str,
+        input: Any = None,
+        *,
+        run_at: datetime | None = None,
+        delay: float | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> ContinueWith:
+        """A marker to ``return`` from the handler: complete this job by creating the
+        chain's next job of ``type_name`` (validated now, written with the completion)."""
+        return continue_with(
+            type_name,
+            input,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+
+
+def continue_with(
+    type_name: str,
+    input: Any = None,
+    *,
+    run_at: datetime | None = None,
+    delay: float | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+) -> ContinueWith:
+    """Same as :meth:`JobContext.continue_with`, for code that has no context at hand."""
+    return ContinueWith(
+        job=new_job(
+            type_name,
+            input,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+    )
+
+
+class HandlerRegistry:
+    """Type name -> handler. A worker claims only the type names registered here."""
+
+    def __init__(self, handlers: Mapping[str, Handler]) -> None:
+        if not handlers:
+            raise InvalidInputError("a worker needs at least one handler: handlers={type: fn}")
+        self._handlers: dict[str, Handler] = {}
+        self._is_async: dict[str, bool] = {}
+        for type_name, handler in handlers.items():
+            check_type_name(type_name)
+            if not callable(handler):
+                raise InvalidInputError(f"the handler for {type_name!r} is not callable")
+            self._handlers[type_name] = handler
+            self._is_async[type_name] = _is_coroutine_function(handler)
+
+    @property
+    def type_names(self) -> tuple[str, ...]:
+        return tuple(self._handlers)
+
+    def __contains__(self, type_name: object) -> bool:
+        return type_name in self._handlers
+
+    async def call(self, job: Job, ctx: JobContext) -> Any:
+        """Run the handler for ``job.type_name``; a plain function runs in a thread so
+        it cannot block the event loop."""
+        handler = self._handlers[job.type_name]
+        if self._is_async[job.type_name]:
+            result = handler(job, ctx)
+        else:
+            result = await asyncio.to_thread(handler, job, ctx)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+def _is_coroutine_function(fn: object) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004  # async callable objects
+    )

@@ -1,0 +1,1 @@
+"""Notify adapters: how state changes wake workers and waiters."""

@@ -1,0 +1,598 @@
+"""Postgres LISTEN/NOTIFY notifications; no wake budgets (every consume grants a wake).
+
+Wire layout (``prefix`` defaults to ``queuert``):
+
+====================  =========================  =============
+what                  channel                    payload
+====================  =========================  =============
+jobs became pending   ``{prefix}_sched``         the type name
+chain completed       ``{prefix}_chainc``        the chain id
+ownership lost        ``{prefix}_owls``          the job id
+====================  =========================  =============
+
+NOTIFY reaches only sessions connected to the same *database*: point the
+adapter at the database that holds the job tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from sqlalchemy import Engine, text
+from sqlalchemy.ext.asyncio import AsyncConnection as SaAsyncConnection
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from queuert_notify.errors import (
+    ConfigurationError,
+    InvalidInputError,
+    NotifyAdapterClosedError,
+)
+from queuert_notify.notify.protocol import SignalCallback, TypeNameCallback, Unsubscribe
+from queuert_notify.notify.shared_listener import SharedListener
+
+logger = logging.getLogger(__name__)
+
+MAX_PAYLOAD_BYTES = 1024
+"""Longest payload (type name, chain id, job id) published or accepted, in UTF-8 bytes."""
+
+_PREFIX = re.compile(r"[A-Za-z0-9_.-]+")
+_MAX_CHANNEL_BYTES = 63  # NAMEDATALEN - 1: longer LISTEN names are truncated, pg_notify refuses
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
+# TCP keepalives on the LISTEN connection so a silently dropped peer is noticed
+# within about a minute (an idle listener sends nothing that could fail).
+_LISTENER_KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+
+# One statement for any number of notifications: one round trip.
+_NOTIFY_ONE = "SELECT pg_notify(%s, %s)"
+_NOTIFY_MANY = "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)"
+_NOTIFY_MANY_SQLALCHEMY = text(
+    "SELECT pg_notify(c, p) "
+    "FROM unnest(CAST(:channels AS text[]), CAST(:payloads AS text[])) AS n(c, p)"
+)
+
+CallerConnection = AsyncSession | SaAsyncConnection | psycopg.AsyncConnection[Any]
+"""A connection or session of the caller whose open transaction a NOTIFY joins."""
+
+
+def channel_name(prefix: str, kind: str) -> str:
+    """The LISTEN/NOTIFY channel of one notification kind (``sched``, ``chainc``, ``owls``)."""
+    return f"{prefix}_{kind}"
+
+
+class PostgresNotifyAdapter:
+    """Notifications over Postgres LISTEN/NOTIFY; wake hints are no-ops.
+
+    Guarantees:
+
+    - ``dsn_or_engine`` is a libpq DSN (``postgresql://``, ``postgres://``,
+      ``postgresql+psycopg://`` or ``key=value``) or an SQLAlchemy engine on
+      PostgreSQL; the adapter opens connections of its own and never touches
+      the engine's pool.
+    - One dedicated LISTEN connection per adapter, shared by every listener:
+      opened on the first ``listen_*`` call, closed when the last listener
+      leaves. A listener registered by an awaited ``listen_*`` call hears
+      every later notification (the call returns after LISTEN ran).
+    - Publishing uses ``pg_notify`` on a second connection (autocommit);
+      ``notify_jobs_scheduled`` is one statement, one round trip.
+      :meth:`notify_in_transaction` publishes inside the caller's transaction
+      instead, so Postgres delivers on COMMIT and drops on ROLLBACK.
+    - Wake hints are not kept: ``provide_wake_hint`` does nothing and
+      ``consume_wake_hint`` always returns True (``SKIP LOCKED`` sorts out who
+      gets the jobs).
+    - Payloads that are empty or longer than :data:`MAX_PAYLOAD_BYTES` are
+      dropped and counted in :attr:`ignored_messages`.
+    - When the LISTEN connection is lost (server restart, terminated backend),
+      it reconnects with backoff, LISTENs every live channel again, then runs
+      the ``on_reconnect`` callbacks: notifications may have been missed.
+    - ``close()`` is idempotent, bounded by ``close_timeout``, and leaves no
+      task running; afterwards calls raise ``NotifyAdapterClosedError``.
+
+    While Postgres is unreachable, ``notify_*`` and ``listen_*`` calls raise
+    ``psycopg.OperationalError``: notifications are hints, so callers log and
+    rely on polling.
+    """
+
+    def __init__(
+        self,
+        dsn_or_engine: str | AsyncEngine | Engine,
+        *,
+        prefix: str = "queuert",
+        connect_timeout: float = 5.0,
+        close_timeout: float = 5.0,
+    ) -> None:
+        if not _PREFIX.fullmatch(prefix):
+            raise ConfigurationError(
+                f"Postgres prefix {prefix!r} is not allowed: use letters, digits, '_', '.' or '-'"
+            )
+        if len(channel_name(prefix, "chainc").encode()) > _MAX_CHANNEL_BYTES:
+            raise ConfigurationError(
+                f"Postgres prefix {prefix!r} is too long: channel names are limited to "
+                f"{_MAX_CHANNEL_BYTES} bytes, so keep the prefix within {_MAX_CHANNEL_BYTES - 7}"
+            )
+        self._conninfo = _conninfo(dsn_or_engine)
+        self._address = _describe(self._conninfo)
+        self._prefix = prefix
+        self._connect_timeout = connect_timeout
+        self._close_timeout = close_timeout
+        self._sched = channel_name(prefix, "sched")
+        self._chainc = channel_name(prefix, "chainc")
+        self._owls = channel_name(prefix, "owls")
+
+        self._listener = SharedListener(self._subscribe, self._unsubscribe)
+        self._publisher: psycopg.AsyncConnection[Any] | None = None
+        self._publisher_lock = asyncio.Lock()
+        # The LISTEN connection and its reader; changed only under _listen_lock.
+        self._listen_conn: psycopg.AsyncConnection[Any] | None = None
+        self._listen_lock = asyncio.Lock()
+        self._reader: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
+        self._reconnect_callbacks: dict[int, SignalCallback] = {}
+        self._next_callback_id = 0
+        self._connect_lock = asyncio.Lock()
+        self._connected = False
+        self._closed = False
+        self._ignored_messages = 0
+
+    @property
+    def ignored_messages(self) -> int:
+        """How many notifications on our channels were dropped as malformed (empty or
+        oversized) since the adapter was created."""
+        return self._ignored_messages
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of every channel this adapter uses."""
+        return self._prefix
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open the publishing connection; idempotent. The LISTEN connection opens
+        with the first listener.
+
+        Raises ConfigurationError naming the (password-free) address when
+        Postgres does not answer within ``connect_timeout``.
+        """
+        self._check_open()
+        async with self._connect_lock:
+            if self._connected:
+                return
+            self._check_open()
+            try:
+                await self._publishing_connection()
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+                raise ConfigurationError(
+                    f"cannot reach Postgres at {self._address}: {reason.strip()}; "
+                    "is the server running and the DSN right?"
+                ) from exc
+            self._connected = True
+
+    async def close(self) -> None:
+        """Stop the reader and recovery, drop every listener, close both connections;
+        idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            async with asyncio.timeout(self._close_timeout):
+                if self._recovery is not None:
+                    self._recovery.cancel()
+                    await asyncio.gather(self._recovery, return_exceptions=True)
+                async with self._listen_lock:
+                    await self._release_listen_connection()
+                await self._listener.dispose()
+                self._reconnect_callbacks.clear()
+                async with self._publisher_lock:
+                    if self._publisher is not None:
+                        await self._publisher.close()
+                        self._publisher = None
+        except TimeoutError:
+            logger.warning(
+                "postgres notify adapter close timed out",
+                extra={"address": self._address, "timeout": self._close_timeout},
+            )
+
+    async def __aenter__(self) -> PostgresNotifyAdapter:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- notifications -------------------------------------------------------
+
+    async def notify_job_scheduled(self, type_name: str) -> None:
+        await self._publish([(self._sched, _payload("type name", type_name))])
+
+    async def listen_job_scheduled(
+        self, type_names: Sequence[str], callback: TypeNameCallback
+    ) -> Unsubscribe:
+        await self._ready()
+        return await self._listener.add(self._sched, type_names, callback)
+
+    async def notify_chain_completed(self, chain_id: str) -> None:
+        await self._publish([(self._chainc, _payload("chain id", chain_id))])
+
+    async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
+        await self._ready()
+        return await self._listener.add(self._chainc, [chain_id], callback)
+
+    async def notify_job_ownership_lost(self, job_id: str) -> None:
+        await self._publish([(self._owls, _payload("job id", job_id))])
+
+    async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
+        await self._ready()
+        return await self._listener.add(self._owls, [job_id], callback)
+
+    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
+        """Run ``callback`` after the LISTEN connection was lost and restored: poll now."""
+        self._check_open()
+        callback_id = self._next_callback_id
+        self._next_callback_id += 1
+        self._reconnect_callbacks[callback_id] = callback
+
+        async def unsubscribe() -> None:
+            self._reconnect_callbacks.pop(callback_id, None)
+
+        return unsubscribe
+
+    async def notify_in_transaction(
+        self,
+        connection: CallerConnection,
+        *,
+        jobs_scheduled: Mapping[str, int] | None = None,
+        chains_completed: Iterable[str] = (),
+        jobs_ownership_lost: Iterable[str] = (),
+    ) -> None:
+        """Issue the notifications inside the caller's open transaction, in one statement.
+
+        ``connection`` is an SQLAlchemy ``AsyncSession`` or ``AsyncConnection``
+        or a psycopg ``AsyncConnection`` on the database this adapter listens
+        to. Postgres itself delivers the notifications when that transaction
+        commits and drops them when it (or the savepoint they were issued in)
+        rolls back; the caller commits, never this method. Types with a count
+        of 0 are skipped; hint counts are otherwise ignored (no budgets here).
+        """
+        self._check_open()
+        messages = self._messages(jobs_scheduled or {}, chains_completed, jobs_ownership_lost)
+        if not messages:
+            return
+        channels, payloads = [m[0] for m in messages], [m[1] for m in messages]
+        if isinstance(connection, psycopg.AsyncConnection):
+            await connection.execute(_NOTIFY_MANY, (channels, payloads))
+            return
+        if isinstance(connection, AsyncSession):
+            connection = await connection.connection()
+        if not isinstance(connection, SaAsyncConnection):
+            raise ConfigurationError(
+                "notify_in_transaction needs an SQLAlchemy AsyncSession or AsyncConnection "
+                f"or a psycopg AsyncConnection, not {type(connection).__name__}"
+            )
+        if connection.dialect.name != "postgresql":
+            raise ConfigurationError(
+                f"notify_in_transaction needs a PostgreSQL connection, not "
+                f"{connection.dialect.name}; publish after commit with notify_jobs_scheduled"
+            )
+        await connection.execute(
+            _NOTIFY_MANY_SQLALCHEMY, {"channels": channels, "payloads": payloads}
+        )
+
+    # -- wake hints (not kept) -------------------------------------------------
+
+    async def provide_wake_hint(self, type_name: str, count: int) -> None:
+        """Does nothing: LISTEN/NOTIFY keeps no budgets."""
+        _check_count(count)
+        self._check_open()
+
+    async def consume_wake_hint(self, type_name: str) -> bool:
+        """Always True: without budgets every listener wakes."""
+        self._check_open()
+        return True
+
+    async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
+        """Notify every type with a count above 0, in one statement (one round trip)."""
+        await self._publish(self._messages(counts, (), ()))
+
+    # -- publishing ------------------------------------------------------------
+
+    def _messages(
+        self,
+        scheduled: Mapping[str, int],
+        chains_completed: Iterable[str],
+        jobs_ownership_lost: Iterable[str],
+    ) -> list[tuple[str, str]]:
+        for count in scheduled.values():
+            _check_count(count)
+        messages = [
+            (self._sched, _payload("type name", name))
+            for name, count in scheduled.items()
+            if count > 0
+        ]
+        messages += [(self._chainc, _payload("chain id", c)) for c in chains_completed]
+        messages += [(self._owls, _payload("job id", j)) for j in jobs_ownership_lost]
+        return messages
+
+    async def _publish(self, messages: list[tuple[str, str]]) -> None:
+        await self._ready()
+        if not messages:
+            return
+        if len(messages) == 1:
+            query: str = _NOTIFY_ONE
+            params: tuple[object, ...] = messages[0]
+        else:
+            query = _NOTIFY_MANY
+            params = ([m[0] for m in messages], [m[1] for m in messages])
+        conn = await self._publishing_connection()
+        try:
+            await conn.execute(query, params)
+        except psycopg.OperationalError:
+            if not conn.broken and not conn.closed:
+                raise
+            # A connection gone stale (server restart, terminated backend) is
+            # replaced once; a duplicate notification is harmless.
+            logger.info("postgres publishing connection lost; reopening", extra=self._log)
+            conn = await self._publishing_connection()
+            await conn.execute(query, params)
+
+    async def _publishing_connection(self) -> psycopg.AsyncConnection[Any]:
+        async with self._publisher_lock:
+            self._check_open()
+            conn = self._publisher
+            if conn is None or conn.closed or conn.broken:
+                if conn is not None:
+                    await conn.close()
+                self._publisher = None
+                conn = await self._open_connection("publisher", {})
+                self._publisher = conn
+            return conn
+
+    # -- listening -------------------------------------------------------------
+
+    async def _subscribe(self, channel: str) -> None:
+        """LISTEN on the shared connection (opening it first if needed); returns after
+        Postgres ran it, so no later notification is missed."""
+        async with self._listen_lock:
+            self._check_open()
+            conn = self._listen_conn
+            if conn is None or conn.closed or conn.broken:
+                # Lazily opened, or lost and not yet restored: (re)open now.
+                conn = await self._open_listen_connection()
+            await self._run_with_reader_paused(conn, _listen(channel))
+
+    async def _unsubscribe(self, channel: str) -> None:
+        if self._closed:
+            # close() drops the connection, and with it every LISTEN.
+            return
+        async with self._listen_lock:
+            conn = self._listen_conn
+            if conn is None or conn.closed or conn.broken:
+                return  # a restored connection LISTENs only live channels
+            if not self._listener.channels:
+                # The last listener left: release the connection.
+                await self._release_listen_connection()
+                return
+            await self._run_with_reader_paused(conn, _unlisten(channel))
+
+    async def _open_listen_connection(self) -> psycopg.AsyncConnection[Any]:
+        """Replace the LISTEN connection with a new one that LISTENs every live channel
+        and has a reader. Called with _listen_lock held."""
+        await self._release_listen_connection()
+        conn = await self._open_connection("listener", _LISTENER_KEEPALIVES)
+        try:
+            for channel in self._listener.channels:
+                await conn.execute(_listen(channel))
+        except BaseException:
+            await conn.close()
+            raise
+        self._listen_conn = conn
+        self._start_reader(conn)
+        return conn
+
+    async def _release_listen_connection(self) -> None:
+        """Stop the reader and close the LISTEN connection. Called with _listen_lock held."""
+        await self._stop_reader()
+        conn, self._listen_conn = self._listen_conn, None
+        if conn is not None:
+            await conn.close()
+
+    async def _run_with_reader_paused(
+        self, conn: psycopg.AsyncConnection[Any], statement: sql.Composed
+    ) -> None:
+        # The reader holds the connection's lock while it waits for notifications;
+        # stopping it is the only way to run a statement. Notifications that arrive
+        # meanwhile are kept by psycopg and handed to the next reader.
+        await self._stop_reader()
+        try:
+            await conn.execute(statement)
+        finally:
+            # Also on failure: a reader on a broken connection notices at once and
+            # starts the recovery.
+            self._start_reader(conn)
+
+    def _start_reader(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self._reader = asyncio.create_task(
+            self._read(conn), name=f"queuert-notify postgres reader {self._prefix}"
+        )
+
+    async def _stop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None and reader is not asyncio.current_task():
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _read(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Deliver notifications until cancelled; on a lost connection, start the recovery."""
+        try:
+            async for notify in conn.notifies():
+                self._deliver(notify.channel, notify.payload)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if self._closed:
+                return
+            logger.warning(
+                "postgres listener lost its connection; reconnecting",
+                extra={**self._log, "error": str(exc).strip()},
+            )
+            if self._recovery is None or self._recovery.done():
+                self._recovery = asyncio.create_task(
+                    self._recover(), name=f"queuert-notify postgres recovery {self._prefix}"
+                )
+
+    async def _recover(self) -> None:
+        """Reopen the LISTEN connection with jittered backoff, re-LISTEN every live
+        channel, then run the ``on_reconnect`` callbacks."""
+        backoff = _BACKOFF_FIRST
+        while True:
+            # The lock is held per attempt only, so listen_* calls are not stuck
+            # behind an outage (they try to reconnect themselves, or fail).
+            async with self._listen_lock:
+                if self._closed:
+                    return
+                if not self._listener.channels:
+                    await self._release_listen_connection()
+                    return  # nobody listens any more: nothing to restore
+                conn = self._listen_conn
+                if conn is not None and not conn.closed and not conn.broken:
+                    break  # a listen_* call restored it meanwhile
+                try:
+                    await self._open_listen_connection()
+                    break
+                except (psycopg.Error, OSError, TimeoutError) as exc:
+                    logger.debug(
+                        "postgres listener reconnect failed",
+                        extra={**self._log, "error": str(exc).strip()},
+                    )
+            await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+        logger.info("postgres listener restored", extra=self._log)
+        for callback in list(self._reconnect_callbacks.values()):
+            self._listener.run_callback(callback)
+
+    def _deliver(self, channel: str, payload: str) -> None:
+        if not payload or len(payload.encode()) > MAX_PAYLOAD_BYTES:
+            # Empty or oversized: a hint we cannot use. Count, never raise.
+            self._ignored_messages += 1
+            logger.debug(
+                "ignored a malformed notification",
+                extra={"channel": channel, "size": len(payload)},
+            )
+            return
+        if channel == self._sched:
+            self._listener.dispatch(channel, payload, payload)
+        else:
+            self._listener.dispatch(channel, payload)
+
+    # -- helpers -----------------------------------------------------------------
+
+    async def _open_connection(
+        self, role: str, options: Mapping[str, str]
+    ) -> psycopg.AsyncConnection[Any]:
+        given = conninfo_to_dict(self._conninfo)
+        # Settings the DSN names itself win over our defaults.
+        extra = {
+            key: value
+            for key, value in {"application_name": f"queuert-notify {role}", **options}.items()
+            if key not in given
+        }
+        async with asyncio.timeout(self._connect_timeout):
+            return await psycopg.AsyncConnection.connect(
+                make_conninfo(self._conninfo, **extra),
+                autocommit=True,
+                connect_timeout=max(1, round(self._connect_timeout)),
+            )
+
+    async def _ready(self) -> None:
+        self._check_open()
+        if not self._connected:
+            await self.connect()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotifyAdapterClosedError(
+                f"this PostgresNotifyAdapter ({self._address}, prefix {self._prefix!r}) is "
+                "closed; create a new adapter"
+            )
+
+    @property
+    def _log(self) -> dict[str, str]:
+        return {"address": self._address, "prefix": self._prefix}
+
+
+def _listen(channel: str) -> sql.Composed:
+    return sql.SQL("LISTEN {}").format(sql.Identifier(channel))
+
+
+def _unlisten(channel: str) -> sql.Composed:
+    return sql.SQL("UNLISTEN {}").format(sql.Identifier(channel))
+
+
+def _conninfo(dsn_or_engine: object) -> str:
+    """A libpq connection string for ``dsn_or_engine``; raises ConfigurationError."""
+    if isinstance(dsn_or_engine, AsyncEngine | Engine):
+        url = dsn_or_engine.url
+        if url.get_backend_name() != "postgresql":
+            raise ConfigurationError(
+                "PostgresNotifyAdapter needs an engine on PostgreSQL, not "
+                f"{url.get_backend_name()}; use another notify adapter for this database"
+            )
+        # The engine's driver (psycopg, asyncpg, ...) is irrelevant: we speak libpq.
+        dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    elif isinstance(dsn_or_engine, str):
+        dsn = dsn_or_engine
+        if "://" in dsn:
+            scheme, rest = dsn.split("://", 1)
+            if scheme.lower().partition("+")[0] not in ("postgresql", "postgres"):
+                raise ConfigurationError(
+                    f"unsupported Postgres DSN scheme {scheme!r}: use postgresql:// "
+                    "(or postgresql+psycopg://)"
+                )
+            dsn = f"postgresql://{rest}"
+    else:
+        raise ConfigurationError(
+            "PostgresNotifyAdapter needs a DSN such as 'postgresql://user@host/db' or an "
+            f"SQLAlchemy engine, not {type(dsn_or_engine).__name__}"
+        )
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"invalid Postgres DSN: {exc}") from None
+    return dsn
+
+
+def _describe(conninfo: str) -> str:
+    """Where ``conninfo`` connects, for messages and logs (never the password)."""
+    params = conninfo_to_dict(conninfo)
+    user = f"{params['user']}@" if params.get("user") else ""
+    host = str(params.get("host") or "localhost")
+    port = f":{params['port']}" if params.get("port") else ""
+    dbname = f"/{params['dbname']}" if params.get("dbname") else ""
+    return f"postgresql://{user}{host}{port}{dbname}"
+
+
+def _payload(what: str, value: str) -> str:
+    """Reject what receivers would drop, before it is published."""
+    if not value:
+        raise InvalidInputError(f"the {what} must not be empty")
+    if len(value.encode()) > MAX_PAYLOAD_BYTES:
+        raise InvalidInputError(f"the {what} is longer than {MAX_PAYLOAD_BYTES} bytes in UTF-8")
+    return value
+
+
+def _check_count(count: int) -> None:
+    if count < 0:
+        raise InvalidInputError(f"wake hint count must be >= 0, got {count}")

@@ -1,0 +1,555 @@
+"""Redis Pub/Sub notifications with atomic wake budgets kept by Lua scripts.
+
+Wire layout (``prefix`` defaults to ``queuert``):
+
+====================  ==========================  ===========================
+what                  name                        payload / value
+====================  ==========================  ===========================
+jobs became pending   channel ``{prefix}:sched``  the type name
+chain completed       channel ``{prefix}:chainc`` the chain id
+ownership lost        channel ``{prefix}:owls``   the job id
+wake budget           key ``{prefix}:hint:{t}``   integer, TTL 60 s
+====================  ==========================  ===========================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any
+
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import RedisError
+
+from queuert_notify.errors import (
+    ConfigurationError,
+    InvalidInputError,
+    NotifyAdapterClosedError,
+    mask_url,
+)
+from queuert_notify.notify.protocol import (
+    HINT_TTL_SECONDS,
+    SignalCallback,
+    TypeNameCallback,
+    Unsubscribe,
+)
+from queuert_notify.notify.shared_listener import SharedListener
+
+if TYPE_CHECKING:
+    from queuert_notify.notify.redis_cluster import RedisClusterTransport
+
+logger = logging.getLogger(__name__)
+
+MAX_PAYLOAD_BYTES = 1024
+"""Longest payload (type name, chain id, job id) published or accepted, in UTF-8 bytes."""
+
+_SCHEMES = ("redis", "rediss", "unix")
+_PREFIX = re.compile(r"[A-Za-z0-9_.-]+")
+_READ_TIMEOUT = 1.0  # get_message wait; > 0 so an idle reader sleeps instead of spinning
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
+_RETRY_ATTEMPTS = 3  # a connection gone stale (e.g. server restart) is replaced, not fatal
+_SUBSCRIBER_HEALTH_CHECK = 30  # seconds; PING an idle subscriber so a dead socket is noticed
+# Connection settings a pool injects into its own connections; a copied pool makes its own.
+_POOL_INTERNAL_KWARGS = ("himport_registry", "event_dispatcher", "redis_connect_func")
+
+
+def _lua(name: str) -> str:
+    return (files("queuert_notify.notify") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+
+
+_PROVIDE_WAKE_HINT = _lua("provide_wake_hint")
+_CONSUME_WAKE_HINT = _lua("consume_wake_hint")
+_NOTIFY_JOBS_SCHEDULED = _lua("notify_jobs_scheduled")
+
+
+# Wire names live in these two functions only (cluster names: redis_cluster.py).
+def channel_name(prefix: str, kind: str) -> str:
+    """The Pub/Sub channel of one notification kind (``sched``, ``chainc``, ``owls``)."""
+    return f"{prefix}:{kind}"
+
+
+def hint_key(prefix: str, type_name: str) -> str:
+    """The string key holding the wake budget of ``type_name``."""
+    return f"{prefix}:hint:{type_name}"
+
+
+class RedisNotifyAdapter:
+    """Notifications over Redis Pub/Sub; wake budgets in Redis keys, changed only by Lua.
+
+    Guarantees:
+
+    - Pass ``url`` (``redis://``, ``rediss://`` or ``unix://``) or a
+      caller-owned ``redis.asyncio.Redis`` ``client``; ``close()`` closes only
+      what the adapter opened, never the caller's client.
+    - Two connections: commands (PUBLISH, EVALSHA) and a dedicated subscriber
+      from a pool of the adapter's own, so command traffic never starves it.
+    - A listener registered by an awaited ``listen_*`` call hears every later
+      notification: the call returns after Redis confirmed the SUBSCRIBE.
+    - Wake budgets change atomically (Lua run by EVALSHA; a flushed or
+      restarted server gets the scripts again, transparently).
+      ``notify_jobs_scheduled`` is one round trip.
+    - Payloads that are empty, longer than :data:`MAX_PAYLOAD_BYTES` or not
+      UTF-8 are dropped and counted in :attr:`ignored_messages`; nothing a
+      stranger publishes can stop the subscriber.
+    - When the subscriber connection drops, it reconnects with backoff,
+      Redis re-subscribes every live channel, and ``on_reconnect`` callbacks
+      run (once when the loss is noticed, once when the subscription is back).
+    - ``close()`` is idempotent, bounded by ``close_timeout``, and leaves no
+      task running; afterwards calls raise ``NotifyAdapterClosedError``.
+
+    While Redis is unreachable, ``notify_*``, hint and ``listen_*`` calls raise
+    ``redis.exceptions.ConnectionError``: notifications are hints, so callers
+    log and rely on polling.
+
+    Redis Cluster: pass ``cluster=True`` with the URL of any node, or a
+    caller-owned ``redis.asyncio.cluster.RedisCluster`` as ``client``. Every
+    method then delegates to
+    :class:`~queuert_notify.notify.redis_cluster.RedisClusterTransport`
+    (sharded Pub/Sub, hash-tagged keys; its docstring has the wire layout).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: Redis | RedisCluster | None = None,
+        prefix: str = "queuert",
+        cluster: bool = False,
+        connect_timeout: float = 5.0,
+        close_timeout: float = 5.0,
+    ) -> None:
+        if (url is None) == (client is None):
+            raise ConfigurationError(
+                "RedisNotifyAdapter needs exactly one of url='redis://host:6379/0' "
+                "or client=<redis.asyncio.Redis>"
+            )
+        if not _PREFIX.fullmatch(prefix):
+            raise ConfigurationError(
+                f"Redis prefix {prefix!r} is not allowed: use letters, digits, '_', '.' or '-'"
+            )
+        self._prefix = prefix
+        # -- cluster mode: every public method delegates to this transport ----------
+        self._cluster: RedisClusterTransport | None = None
+        if cluster or isinstance(client, RedisCluster):
+            from queuert_notify.notify.redis_cluster import RedisClusterTransport
+
+            self._cluster = RedisClusterTransport(
+                url,
+                client=client,
+                prefix=prefix,
+                connect_timeout=connect_timeout,
+                close_timeout=close_timeout,
+            )
+            return
+        # -- single server -----------------------------------------------------------
+        self._connect_timeout = connect_timeout
+        self._close_timeout = close_timeout
+        if url is not None:
+            self._address = mask_url(url)
+            self._commands, subscriber_pool = _clients_for_url(url, self._address)
+        else:
+            self._address, self._commands, subscriber_pool = _clients_for_caller(client)
+        self._owns_commands = url is not None
+        self._subscriber = Redis.from_pool(subscriber_pool)
+        self._pubsub: PubSub = self._subscriber.pubsub()
+
+        self._sched = channel_name(prefix, "sched")
+        self._chainc = channel_name(prefix, "chainc")
+        self._owls = channel_name(prefix, "owls")
+        self._provide_script = self._commands.register_script(_PROVIDE_WAKE_HINT)
+        self._consume_script = self._commands.register_script(_CONSUME_WAKE_HINT)
+        self._schedule_script = self._commands.register_script(_NOTIFY_JOBS_SCHEDULED)
+
+        self._listener = SharedListener(self._subscribe, self._unsubscribe)
+        # Futures of our own SUBSCRIBE/UNSUBSCRIBE calls, resolved by the reader
+        # when Redis confirms them; keyed by (confirmation kind, channel).
+        self._confirmations: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
+        self._reconnect_callbacks: dict[int, SignalCallback] = {}
+        self._next_callback_id = 0
+        self._reader: asyncio.Task[None] | None = None
+        self._connect_lock = asyncio.Lock()
+        self._connected = False
+        self._closed = False
+        self._ignored_messages = 0
+
+    @property
+    def ignored_messages(self) -> int:
+        """How many messages on our channels were dropped as malformed (empty,
+        oversized, not UTF-8) since the adapter was created."""
+        if self._cluster is not None:
+            return self._cluster.ignored_messages
+        return self._ignored_messages
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of every channel and key this adapter uses."""
+        return self._prefix
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Load the scripts and open the subscriber; idempotent.
+
+        Raises ConfigurationError naming the (password-masked) address when
+        Redis does not answer within ``connect_timeout``.
+        """
+        if self._cluster is not None:
+            await self._cluster.connect()
+            return
+        self._check_open()
+        async with self._connect_lock:
+            if self._connected:
+                return
+            self._check_open()
+            try:
+                async with asyncio.timeout(self._connect_timeout):
+                    for script in (_PROVIDE_WAKE_HINT, _CONSUME_WAKE_HINT, _NOTIFY_JOBS_SCHEDULED):
+                        await self._commands.script_load(script)
+                    await self._pubsub.connect()  # type: ignore[no-untyped-call]
+            except (RedisError, OSError, TimeoutError) as exc:
+                await self._release_connections()
+                reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+                raise ConfigurationError(
+                    f"cannot reach Redis at {self._address}: {reason}; is the server running?"
+                ) from exc
+            self._reader = asyncio.create_task(
+                self._read_loop(), name=f"queuert-notify redis reader {self._prefix}"
+            )
+            self._connected = True
+
+    async def close(self) -> None:
+        """Stop the reader, drop every listener, close what the adapter opened; idempotent."""
+        if self._cluster is not None:
+            await self._cluster.close()
+            return
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            async with asyncio.timeout(self._close_timeout):
+                # The reader goes first: nothing may read from a connection being closed.
+                if self._reader is not None:
+                    self._reader.cancel()
+                    await asyncio.gather(self._reader, return_exceptions=True)
+                await self._listener.dispose()
+                for futures in self._confirmations.values():
+                    for future in futures:
+                        future.cancel()
+                self._confirmations.clear()
+                self._reconnect_callbacks.clear()
+                await self._release_connections()
+        except TimeoutError:
+            logger.warning(
+                "redis notify adapter close timed out",
+                extra={"address": self._address, "timeout": self._close_timeout},
+            )
+
+    async def __aenter__(self) -> RedisNotifyAdapter:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- notifications -------------------------------------------------------
+
+    async def notify_job_scheduled(self, type_name: str) -> None:
+        if self._cluster is not None:
+            await self._cluster.notify_job_scheduled(type_name)
+            return
+        await self._ready()
+        await self._commands.publish(self._sched, _payload("type name", type_name))
+
+    async def listen_job_scheduled(
+        self, type_names: Sequence[str], callback: TypeNameCallback
+    ) -> Unsubscribe:
+        if self._cluster is not None:
+            return await self._cluster.listen_job_scheduled(type_names, callback)
+        await self._ready()
+        return await self._listener.add(self._sched, type_names, callback)
+
+    async def notify_chain_completed(self, chain_id: str) -> None:
+        if self._cluster is not None:
+            await self._cluster.notify_chain_completed(chain_id)
+            return
+        await self._ready()
+        await self._commands.publish(self._chainc, _payload("chain id", chain_id))
+
+    async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
+        if self._cluster is not None:
+            return await self._cluster.listen_chain_completed(chain_id, callback)
+        await self._ready()
+        return await self._listener.add(self._chainc, [chain_id], callback)
+
+    async def notify_job_ownership_lost(self, job_id: str) -> None:
+        if self._cluster is not None:
+            await self._cluster.notify_job_ownership_lost(job_id)
+            return
+        await self._ready()
+        await self._commands.publish(self._owls, _payload("job id", job_id))
+
+    async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
+        if self._cluster is not None:
+            return await self._cluster.listen_job_ownership_lost(job_id, callback)
+        await self._ready()
+        return await self._listener.add(self._owls, [job_id], callback)
+
+    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
+        """Run ``callback`` whenever the subscription was lost or restored: poll now."""
+        if self._cluster is not None:
+            return self._cluster.on_reconnect(callback)
+        self._check_open()
+        callback_id = self._next_callback_id
+        self._next_callback_id += 1
+        self._reconnect_callbacks[callback_id] = callback
+
+        async def unsubscribe() -> None:
+            self._reconnect_callbacks.pop(callback_id, None)
+
+        return unsubscribe
+
+    # -- wake hints ------------------------------------------------------------
+
+    async def provide_wake_hint(self, type_name: str, count: int) -> None:
+        """Add ``count`` to the budget (INCRBY + EXPIRE 60 s, atomically); 0 is a no-op."""
+        if self._cluster is not None:
+            await self._cluster.provide_wake_hint(type_name, count)
+            return
+        _check_count(count)
+        await self._ready()
+        if count == 0:
+            # INCRBY 0 would create an exhausted budget and hold consumers back.
+            return
+        await self._provide_script(
+            keys=[hint_key(self._prefix, type_name)], args=[count, HINT_TTL_SECONDS]
+        )
+
+    async def consume_wake_hint(self, type_name: str) -> bool:
+        """Take one unit; True when taken or when no budget exists, False when exhausted."""
+        if self._cluster is not None:
+            return await self._cluster.consume_wake_hint(type_name)
+        await self._ready()
+        taken = await self._consume_script(keys=[hint_key(self._prefix, type_name)])
+        return bool(taken)
+
+    async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
+        """Provide every budget, then publish every type name: one EVALSHA, one round trip.
+
+        Types with a count of 0 are skipped (no new jobs, nothing to announce).
+        """
+        if self._cluster is not None:
+            await self._cluster.notify_jobs_scheduled(counts)
+            return
+        for count in counts.values():
+            _check_count(count)
+        await self._ready()
+        scheduled = {name: count for name, count in counts.items() if count > 0}
+        if not scheduled:
+            return
+        keys = [hint_key(self._prefix, name) for name in scheduled]
+        args: list[str | int] = [self._sched, HINT_TTL_SECONDS]
+        for name, count in scheduled.items():
+            args += [_payload("type name", name), count]
+        await self._schedule_script(keys=keys, args=args)
+
+    # -- subscriber ------------------------------------------------------------
+
+    async def _subscribe(self, channel: str) -> None:
+        """SUBSCRIBE and wait for Redis to confirm, so no later message is missed."""
+        await self._send_and_confirm("subscribe", channel, self._pubsub.subscribe)
+
+    async def _unsubscribe(self, channel: str) -> None:
+        if self._closed:
+            # Closing the subscriber connection drops every subscription at once.
+            return
+        await self._send_and_confirm("unsubscribe", channel, self._pubsub.unsubscribe)
+
+    async def _send_and_confirm(
+        self, kind: str, channel: str, send: Callable[[str], Awaitable[object]]
+    ) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = self._confirmations.setdefault((kind, channel), [])
+        waiting.append(future)
+        try:
+            await send(channel)
+            async with asyncio.timeout(self._connect_timeout):
+                await future
+        finally:
+            if future in waiting:
+                waiting.remove(future)
+            if not waiting:
+                self._confirmations.pop((kind, channel), None)
+
+    async def _read_loop(self) -> None:
+        """Read the subscriber connection until cancelled; never dies of a bad message."""
+        backoff = _BACKOFF_FIRST
+        lost = False
+        while True:
+            try:
+                message = await self._pubsub.get_message(timeout=_READ_TIMEOUT)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not lost:
+                    lost = True
+                    logger.warning(
+                        "redis subscriber lost its connection; reconnecting",
+                        extra={"address": self._address, "error": repr(exc)},
+                    )
+                    self._fire_reconnect()
+                # Jittered exponential backoff: no hot loop while Redis is down.
+                await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+                backoff = min(backoff * 2, _BACKOFF_MAX)
+                continue
+            if lost:
+                lost = False
+                backoff = _BACKOFF_FIRST
+                logger.info("redis subscriber reconnected", extra={"address": self._address})
+            if message is not None:
+                self._handle(message)
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        channel = _text(message.get("channel"))
+        if channel is None:
+            return
+        if kind == "message":
+            self._deliver(channel, message.get("data"))
+        elif kind in ("subscribe", "unsubscribe"):
+            waiting = self._confirmations.get((kind, channel))
+            pending = [future for future in waiting or () if not future.done()]
+            if pending:
+                pending[0].set_result(None)
+            elif kind == "subscribe" and message.get("data") == 1:
+                # Unrequested and first on its connection: Redis-py re-subscribed
+                # after a reconnect; anything published meanwhile was missed.
+                logger.info("redis subscriptions restored", extra={"address": self._address})
+                self._fire_reconnect()
+
+    def _deliver(self, channel: str, data: object) -> None:
+        size = len(data) if isinstance(data, bytes | str) else 0
+        payload = _text(data) if 0 < size <= MAX_PAYLOAD_BYTES else None
+        if payload is None or len(payload.encode()) > MAX_PAYLOAD_BYTES:
+            # Empty, oversized, binary or foreign: a hint we cannot use. Count, never raise.
+            self._ignored_messages += 1
+            logger.debug(
+                "ignored a malformed notification", extra={"channel": channel, "size": size}
+            )
+            return
+        if channel == self._sched:
+            self._listener.dispatch(channel, payload, payload)
+        else:
+            self._listener.dispatch(channel, payload)
+
+    def _fire_reconnect(self) -> None:
+        for callback in list(self._reconnect_callbacks.values()):
+            self._listener.run_callback(callback)
+
+    # -- helpers -----------------------------------------------------------------
+
+    async def _ready(self) -> None:
+        self._check_open()
+        if not self._connected:
+            await self.connect()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotifyAdapterClosedError(
+                f"this RedisNotifyAdapter ({self._address}, prefix {self._prefix!r}) is closed; "
+                "create a new adapter"
+            )
+
+    async def _release_connections(self) -> None:
+        """Close the subscriber (always ours) and the command client only if ours."""
+        await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+        await self._subscriber.aclose()
+        if self._owns_commands:
+            await self._commands.aclose()
+
+
+def _clients_for_url(url: str, address: str) -> tuple[Redis, ConnectionPool]:
+    """The command client and the subscriber pool the adapter opens (and closes) itself."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"unsupported Redis URL {address!r}: the scheme must be redis://, rediss:// or unix://"
+        )
+    try:
+        commands = Redis.from_url(url, retry=_retry())
+        subscriber_pool = ConnectionPool.from_url(
+            url, retry=_retry(), health_check_interval=_SUBSCRIBER_HEALTH_CHECK
+        )
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid Redis URL {address!r}: {exc}") from exc
+    return commands, subscriber_pool
+
+
+def _clients_for_caller(client: object) -> tuple[str, Redis, ConnectionPool]:
+    """A caller-owned client's address, the client itself (never closed by the adapter)
+    and a subscriber pool of the adapter's own reaching the same server."""
+    if not isinstance(client, Redis):
+        raise ConfigurationError(
+            f"client must be a redis.asyncio.Redis (or, for Redis Cluster, a "
+            f"redis.asyncio.cluster.RedisCluster), not {type(client).__name__}"
+        )
+    return _describe_pool(client.connection_pool), client, _copy_pool(client.connection_pool)
+
+
+def _retry() -> Retry:
+    """Retry policy of the connections the adapter opens (from_url pools retry nothing)."""
+    return Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), _RETRY_ATTEMPTS)
+
+
+def _payload(what: str, value: str) -> str:
+    """Reject what receivers would drop, before it is published."""
+    if not value:
+        raise InvalidInputError(f"the {what} must not be empty")
+    if len(value.encode()) > MAX_PAYLOAD_BYTES:
+        raise InvalidInputError(f"the {what} is longer than {MAX_PAYLOAD_BYTES} bytes in UTF-8")
+    return value
+
+
+def _check_count(count: int) -> None:
+    if count < 0:
+        raise InvalidInputError(f"wake hint count must be >= 0, got {count}")
+
+
+def _text(value: object) -> str | None:
+    """``value`` as text, or None when it is not valid UTF-8 text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def _copy_pool(pool: ConnectionPool) -> ConnectionPool:
+    """A new pool reaching the same server as ``pool`` with the same credentials and
+    TLS settings, returning raw bytes (payloads are decoded and checked here)."""
+    kwargs = {
+        key: value
+        for key, value in pool.connection_kwargs.items()
+        if key not in _POOL_INTERNAL_KWARGS and "maint" not in key and not key.startswith("orig_")
+    }
+    kwargs.update(decode_responses=False, health_check_interval=_SUBSCRIBER_HEALTH_CHECK)
+    return ConnectionPool(connection_class=pool.connection_class, **kwargs)
+
+
+def _describe_pool(pool: ConnectionPool) -> str:
+    """Where ``pool`` connects, for error messages (never the password)."""
+    kwargs = pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    host, port, db = kwargs.get("host", "localhost"), kwargs.get("port", 6379), kwargs.get("db", 0)
+    return f"redis://{host}:{port}/{db}"

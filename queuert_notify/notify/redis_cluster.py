@@ -1,0 +1,357 @@
+"""The Redis Cluster half of ``RedisNotifyAdapter(cluster=True)``: sharded Pub/Sub and
+hash-tagged wake budgets.
+
+Cluster wire layout (``prefix`` defaults to ``queuert``; ``{...}`` are literal
+braces, a Redis hash tag):
+
+==========================  ==================================  ==============
+what                        name                                payload/value
+==========================  ==================================  ==============
+jobs became pending         shard channel ``P:sched:{<type>}``  the type name
+chain completed             shard channel ``P:chainc:{<id>}``   the chain id
+ownership lost              shard channel ``P:owls:{<id>}``     the job id
+wake budget                 key ``P:hint:{<type>}``             integer, 60 s
+==========================  ==================================  ==============
+
+A type's budget key and its wake channel carry the same hash tag, so they live
+in one slot on one master: the fused "provide budgets, then announce" script
+runs there and its SPUBLISH reaches that slot's subscribers. Every channel is
+named after the one type, chain or job it is about, so a message is sent to
+one master and delivered only to the subscribers of that name: nothing is
+broadcast to every node or every listener. A name that is empty or contains
+``}`` (which would end the hash tag early) is tagged by a digest instead:
+``P:hint:{#<hex>}:<type>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import RedisClusterException, RedisError
+
+from queuert_notify.errors import ConfigurationError, NotifyAdapterClosedError, mask_url
+from queuert_notify.notify.protocol import (
+    HINT_TTL_SECONDS,
+    SignalCallback,
+    TypeNameCallback,
+    Unsubscribe,
+)
+from queuert_notify.notify.redis import (
+    _CONSUME_WAKE_HINT,
+    _PROVIDE_WAKE_HINT,
+    MAX_PAYLOAD_BYTES,
+    _check_count,
+    _lua,
+    _payload,
+    _retry,
+    _text,
+)
+from queuert_notify.notify.sharded_subscriber import ShardedSubscriber
+from queuert_notify.notify.shared_listener import SharedListener
+
+logger = logging.getLogger(__name__)
+
+_NOTIFY_JOBS_SCHEDULED_SHARDED = _lua("notify_jobs_scheduled_sharded")
+_SCHEMES = ("redis", "rediss")
+
+
+def cluster_name(prefix: str, kind: str, value: str) -> str:
+    """The key or shard channel of ``kind`` (``sched``, ``chainc``, ``owls``, ``hint``)
+    for one type, chain or job: hash-tagged by ``value`` so every name of one value
+    shares a slot."""
+    if value and "}" not in value:
+        return f"{prefix}:{kind}:{{{value}}}"
+    digest = hashlib.blake2b(value.encode(), digest_size=8).hexdigest()
+    return f"{prefix}:{kind}:{{#{digest}}}:{value}"
+
+
+def cluster_hint_key(prefix: str, type_name: str) -> str:
+    """The key holding the wake budget of ``type_name``; same slot as its wake channel."""
+    return cluster_name(prefix, "hint", type_name)
+
+
+class RedisClusterTransport:
+    """Notifications over sharded Pub/Sub (SPUBLISH/SSUBSCRIBE) on a Redis Cluster; wake
+    budgets in hash-tagged keys, changed only by Lua. Each public method keeps the
+    promise of the same method of :class:`~queuert_notify.notify.protocol.NotifyAdapter`.
+
+    Built by ``RedisNotifyAdapter`` (which has checked ``prefix`` and that exactly
+    one of ``url`` and ``client`` is given). Guarantees beyond the protocol:
+
+    - Pass ``url`` (``redis://`` or ``rediss://`` of any one node) or a
+      caller-owned ``redis.asyncio.cluster.RedisCluster``; ``close()`` closes
+      only what the transport opened.
+    - Commands go through the cluster client (routed by slot); subscriptions
+      use connections of their own, one per master that owns a subscribed
+      channel's slot (:class:`ShardedSubscriber`).
+    - ``notify_jobs_scheduled`` runs one script per hash slot involved, all
+      sent at once: one round trip of wall time, however many masters.
+    - When a slot moves or a master fails over, subscriptions follow it and
+      ``on_reconnect`` callbacks run (once when the loss is noticed, once when
+      every channel is subscribed again).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: object = None,
+        prefix: str,
+        connect_timeout: float = 5.0,
+        close_timeout: float = 5.0,
+    ) -> None:
+        if url is not None:
+            self._address = mask_url(url)
+            self._commands = _cluster_for_url(url, self._address)
+        elif isinstance(client, RedisCluster):
+            self._address = _describe_cluster(client)
+            self._commands = client
+        else:
+            raise ConfigurationError(
+                "RedisNotifyAdapter(cluster=True) needs url='redis://<any node>:6379' or "
+                f"client=<redis.asyncio.cluster.RedisCluster>, not {type(client).__name__}"
+            )
+        self._owns_commands = url is not None
+        self._prefix = prefix
+        self._connect_timeout = connect_timeout
+        self._close_timeout = close_timeout
+        self._sched_prefix = f"{prefix}:sched:"
+        self._provide_script = self._commands.register_script(_PROVIDE_WAKE_HINT)
+        self._consume_script = self._commands.register_script(_CONSUME_WAKE_HINT)
+        self._schedule_script = self._commands.register_script(_NOTIFY_JOBS_SCHEDULED_SHARDED)
+        self._subscriber = ShardedSubscriber(
+            self._commands,
+            self._deliver,
+            self._fire_reconnect,
+            confirm_timeout=connect_timeout,
+        )
+        self._listener = SharedListener(self._subscriber.subscribe, self._subscriber.unsubscribe)
+        self._reconnect_callbacks: dict[int, SignalCallback] = {}
+        self._next_callback_id = 0
+        self._connect_lock = asyncio.Lock()
+        self._connected = False
+        self._closed = False
+        self._ignored_messages = 0
+
+    @property
+    def ignored_messages(self) -> int:
+        """Messages on our channels dropped as malformed (empty, oversized, not UTF-8)."""
+        return self._ignored_messages
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    @property
+    def subscriber_nodes(self) -> list[str]:
+        """``host:port`` of every master a subscriber connection is open to."""
+        return self._subscriber.nodes
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Discover the cluster, load the scripts on every master, start the subscriber;
+        idempotent. Raises ConfigurationError naming the address when no node answers
+        within ``connect_timeout``."""
+        self._check_open()
+        async with self._connect_lock:
+            if self._connected:
+                return
+            self._check_open()
+            try:
+                async with asyncio.timeout(self._connect_timeout):
+                    await self._commands.initialize()
+                    for script in (
+                        _PROVIDE_WAKE_HINT,
+                        _CONSUME_WAKE_HINT,
+                        _NOTIFY_JOBS_SCHEDULED_SHARDED,
+                    ):
+                        await self._commands.script_load(script)
+            except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+                if self._owns_commands:
+                    await self._commands.aclose()
+                reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+                raise ConfigurationError(
+                    f"cannot reach the Redis Cluster at {self._address}: {reason}; "
+                    "is every node running and the cluster state ok?"
+                ) from exc
+            self._subscriber.start()
+            self._connected = True
+
+    async def close(self) -> None:
+        """Drop every listener, stop the subscriber, close what the transport opened."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            async with asyncio.timeout(self._close_timeout):
+                self._reconnect_callbacks.clear()
+                # Closing every subscriber connection drops every subscription at once;
+                # the listener's unsubscribes then find nothing left to send.
+                await self._subscriber.close()
+                await self._listener.dispose()
+                if self._owns_commands:
+                    await self._commands.aclose()
+        except TimeoutError:
+            logger.warning(
+                "redis cluster notify adapter close timed out",
+                extra={"address": self._address, "timeout": self._close_timeout},
+            )
+
+    # -- notifications -------------------------------------------------------
+
+    async def notify_job_scheduled(self, type_name: str) -> None:
+        await self._publish("sched", "type name", type_name)
+
+    async def listen_job_scheduled(
+        self, type_names: Sequence[str], callback: TypeNameCallback
+    ) -> Unsubscribe:
+        await self._ready()
+        unsubscribes: list[Unsubscribe] = []
+        try:
+            for type_name in dict.fromkeys(type_names):
+                channel = cluster_name(self._prefix, "sched", type_name)
+                unsubscribes.append(await self._listener.add(channel, [type_name], callback))
+        except BaseException:
+            for unsubscribe in unsubscribes:
+                await unsubscribe()
+            raise
+
+        async def unsubscribe_all() -> None:
+            for unsubscribe in unsubscribes:
+                await unsubscribe()
+
+        return unsubscribe_all
+
+    async def notify_chain_completed(self, chain_id: str) -> None:
+        await self._publish("chainc", "chain id", chain_id)
+
+    async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
+        await self._ready()
+        channel = cluster_name(self._prefix, "chainc", chain_id)
+        return await self._listener.add(channel, [chain_id], callback)
+
+    async def notify_job_ownership_lost(self, job_id: str) -> None:
+        await self._publish("owls", "job id", job_id)
+
+    async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
+        await self._ready()
+        channel = cluster_name(self._prefix, "owls", job_id)
+        return await self._listener.add(channel, [job_id], callback)
+
+    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
+        self._check_open()
+        callback_id = self._next_callback_id
+        self._next_callback_id += 1
+        self._reconnect_callbacks[callback_id] = callback
+
+        async def unsubscribe() -> None:
+            self._reconnect_callbacks.pop(callback_id, None)
+
+        return unsubscribe
+
+    # -- wake hints ------------------------------------------------------------
+
+    async def provide_wake_hint(self, type_name: str, count: int) -> None:
+        _check_count(count)
+        await self._ready()
+        if count == 0:
+            # INCRBY 0 would create an exhausted budget and hold consumers back.
+            return
+        key = cluster_hint_key(self._prefix, type_name)
+        await self._provide_script(keys=[key], args=[count, HINT_TTL_SECONDS])
+
+    async def consume_wake_hint(self, type_name: str) -> bool:
+        await self._ready()
+        taken = await self._consume_script(keys=[cluster_hint_key(self._prefix, type_name)])
+        return bool(taken)
+
+    async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
+        """Provide every budget, then announce every type: one script per hash slot,
+        all sent at once. Types with a count of 0 are skipped."""
+        for count in counts.values():
+            _check_count(count)
+        await self._ready()
+        by_slot: dict[int, tuple[list[str], list[str | int]]] = {}
+        for type_name, count in counts.items():
+            if count == 0:
+                continue
+            key = cluster_hint_key(self._prefix, type_name)
+            keys, args = by_slot.setdefault(key_slot(key.encode()), ([], [HINT_TTL_SECONDS]))
+            keys.append(key)
+            channel = cluster_name(self._prefix, "sched", type_name)
+            args += [channel, _payload("type name", type_name), count]
+        results = await asyncio.gather(
+            *(self._schedule_script(keys=keys, args=args) for keys, args in by_slot.values()),
+            return_exceptions=True,
+        )
+        # Every script ran (or failed) before we raise: nothing is left in flight.
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    # -- delivery --------------------------------------------------------------
+
+    async def _publish(self, kind: str, what: str, value: str) -> None:
+        await self._ready()
+        channel = cluster_name(self._prefix, kind, value)
+        await self._commands.spublish(channel, _payload(what, value))
+
+    def _deliver(self, channel: str, data: object) -> None:
+        size = len(data) if isinstance(data, bytes | str) else 0
+        payload = _text(data) if 0 < size <= MAX_PAYLOAD_BYTES else None
+        if payload is None or len(payload.encode()) > MAX_PAYLOAD_BYTES:
+            # Empty, oversized, binary or foreign: a hint we cannot use. Count, never raise.
+            self._ignored_messages += 1
+            logger.debug(
+                "ignored a malformed notification", extra={"channel": channel, "size": size}
+            )
+            return
+        if channel.startswith(self._sched_prefix):
+            self._listener.dispatch(channel, payload, payload)
+        else:
+            self._listener.dispatch(channel, payload)
+
+    def _fire_reconnect(self) -> None:
+        for callback in list(self._reconnect_callbacks.values()):
+            self._listener.run_callback(callback)
+
+    # -- helpers -----------------------------------------------------------------
+
+    async def _ready(self) -> None:
+        self._check_open()
+        if not self._connected:
+            await self.connect()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotifyAdapterClosedError(
+                f"this RedisNotifyAdapter (Redis Cluster {self._address}, prefix "
+                f"{self._prefix!r}) is closed; create a new adapter"
+            )
+
+
+def _cluster_for_url(url: str, address: str) -> RedisCluster:
+    """The cluster client the transport opens (and closes) itself."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"unsupported Redis Cluster URL {address!r}: the scheme must be redis:// or "
+            "rediss:// (a cluster has no unix:// sockets)"
+        )
+    try:
+        return RedisCluster.from_url(url, retry=_retry())
+    except (ValueError, RedisError, RedisClusterException) as exc:
+        raise ConfigurationError(f"invalid Redis Cluster URL {address!r}: {exc}") from exc
+
+
+def _describe_cluster(client: RedisCluster) -> str:
+    """The startup nodes of ``client``, for error messages (never the password)."""
+    nodes: Any = client.nodes_manager.startup_nodes
+    return ", ".join(f"redis://{name}" for name in nodes) or "an unnamed cluster"

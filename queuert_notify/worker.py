@@ -1,0 +1,788 @@
+"""The worker loop: wake on hints, claim jobs in batches, run handlers under a lease.
+
+One worker holds one job-scheduled subscription and one ``on_reconnect`` hook for its
+whole lifetime. A notification for a type costs one ``consume_wake_hint`` call and
+queries SQL only when that returns True, so a burst of n jobs wakes about n workers.
+SQL decides ownership (leases fenced by token); notifications are only hints, and the
+loop also wakes at the next due job and at the poll interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import signal
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from queuert_notify.client import Client
+from queuert_notify.completion_batcher import CompletionBatcher, CompletionResult
+from queuert_notify.errors import InvalidInputError, JobOwnershipLostError
+from queuert_notify.events import EventKind, WorkerEvent
+from queuert_notify.hooks import (
+    NotificationBuffer,
+    buffer_for_transaction,
+    wait_for_notifications,
+)
+from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
+from queuert_notify.notify.protocol import Unsubscribe
+from queuert_notify.validation import check_json
+from state_adapters.protocol import Completion, ContinueWith, JobRecord
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+logger = logging.getLogger(__name__)
+
+WorkerMode = Literal["atomic", "staged"]
+
+_MIN_IDLE_SLEEP = 0.01
+"""Floor of a sleep computed from a due time, so clock skew cannot make a hot loop."""
+_MAX_ERROR_BACKOFF = 30.0
+_MAX_ERROR_TEXT = 8000
+
+
+@dataclass(eq=False)
+class _Run:
+    """One handler run under one lease."""
+
+    job: Job
+    lease_token: str
+    leased_until: datetime | None
+    task: asyncio.Task[None] | None = None
+    handler_task: asyncio.Task[Any] | None = None
+    lost_reason: str | None = None
+    abandoned: bool = False
+    checks: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+class Worker:
+    """Runs handlers for the job types in ``handlers``.
+
+    Guarantees: a job is run only while this worker holds its lease, and every write
+    for it is fenced by the lease token; a worker never claims a type it has no
+    handler for; at most ``concurrency`` handlers run at once; after ``stop()`` (or
+    SIGTERM/SIGINT under ``run()`` in the main thread) it claims nothing new, lets
+    running handlers finish for up to ``drain_timeout`` seconds, cancels the rest
+    (their leases expire and the jobs are retried) and leaves no task behind.
+
+    ``mode="atomic"``: ``ctx.session`` is an ``AsyncSession`` whose transaction the
+    completion and any ``continue_with`` commit in. ``mode="staged"``: the handler runs
+    outside any transaction and the completion is written in a new fenced one, batched
+    with other completions that finish close together.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        handlers: Mapping[str, Handler],
+        *,
+        concurrency: int = 10,
+        poll_interval: float = 60.0,
+        lease: float = 60.0,
+        mode: WorkerMode = "atomic",
+        worker_id: str | None = None,
+        handler_timeout: float | None = None,
+        retry_backoff: Callable[[int], float] | None = None,
+        drain_timeout: float = 30.0,
+        reap_interval: float | None = None,
+        jitter: float = 0.1,
+        on_event: Callable[[WorkerEvent], object] | None = None,
+        completion_batch_size: int = 100,
+        completion_linger: float = 0.002,
+    ) -> None:
+        """
+        ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter``
+        as a fraction); ``lease``: seconds a claim lasts without renewal (renewed every
+        third of it); ``handler_timeout``: seconds after which a handler's attempt fails;
+        ``retry_backoff(attempt) -> seconds`` overrides the state adapter's capped
+        exponential backoff; ``reap_interval``: how often an idle worker returns expired
+        leases to pending (default ``lease / 2``); ``on_event``: called with a
+        :class:`WorkerEvent` for every started/completed/retried/failed/ownership_lost/
+        reaped/progress.
+        """
+        _check_positive("concurrency", concurrency, integer=True)
+        _check_positive("poll_interval", poll_interval)
+        _check_positive("lease", lease)
+        _check_positive("drain_timeout", drain_timeout, allow_zero=True)
+        _check_positive("completion_batch_size", completion_batch_size, integer=True)
+        if handler_timeout is not None:
+            _check_positive("handler_timeout", handler_timeout)
+        if reap_interval is not None:
+            _check_positive("reap_interval", reap_interval)
+        if not 0 <= jitter < 1:
+            raise InvalidInputError(f"jitter must be a fraction in [0, 1), got {jitter!r}")
+        if mode not in ("atomic", "staged"):
+            raise InvalidInputError(f"mode must be 'atomic' or 'staged', got {mode!r}")
+        self.client = client
+        self.registry = HandlerRegistry(handlers)
+        self.type_names = self.registry.type_names
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        self.lease = lease
+        self.mode: WorkerMode = mode
+        self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
+        self.handler_timeout = handler_timeout
+        self.retry_backoff = retry_backoff
+        self.drain_timeout = drain_timeout
+        self.reap_interval = reap_interval if reap_interval is not None else lease / 2
+        self.jitter = jitter
+        self.on_event = on_event
+        self._session_factory = _session_factory(client) if mode == "atomic" else None
+        self._no_session_reason = (
+            "ctx.session exists only in atomic mode; this worker runs in staged mode "
+            "(Worker(..., mode='atomic') to write in the completion's transaction)"
+            if mode == "staged"
+            else f"ctx.session needs a state adapter with an `engine` (AsyncEngine) attribute; "
+            f"{type(client.state).__name__} has none"
+        )
+        self._batch_size = completion_batch_size
+        self._linger = completion_linger
+
+        self._runs: dict[str, _Run] = {}  # lease token -> run
+        self._wake = asyncio.Event()
+        self._maybe_more = False
+        self._stopping = False
+        self._force = False
+        self._started = asyncio.Event()
+        self._done = asyncio.Event()
+        self._hint_tasks: set[asyncio.Task[None]] = set()
+        self._batcher: CompletionBatcher | None = None
+        self._run_task: asyncio.Task[None] | None = None
+        self._last_reap = float("-inf")
+        self._due_streak = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Worker:
+        """Start ``run()`` in a background task; returns once the worker listens."""
+        self._run_task = asyncio.create_task(
+            self.run(handle_signals=False), name=f"queuert-worker-{self.worker_id}"
+        )
+        started = asyncio.create_task(self._started.wait())
+        await asyncio.wait({self._run_task, started}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            started.cancel()
+            with suppress(asyncio.CancelledError):
+                await started
+        if self._run_task.done():
+            self._run_task.result()  # re-raise why it could not start
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def stop(self, *, force: bool = False) -> None:
+        """Stop claiming, drain running handlers (cancelled at once with ``force``) and
+        wait until ``run()`` has returned (not when called from inside a handler)."""
+        self._stopping = True
+        self._force = self._force or force
+        self._wake.set()
+        if force:
+            self._cancel_handlers("worker stopped without drain")
+        if self._batcher is None or self._called_from_inside():
+            return
+        await self._done.wait()
+        if self._run_task is not None:
+            await asyncio.gather(self._run_task, return_exceptions=True)
+
+    def _called_from_inside(self) -> bool:
+        current = asyncio.current_task()
+        if current is self._run_task:
+            return True
+        return any(current in (r.task, r.handler_task) for r in self._runs.values())
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Run until ``stop()``. With ``handle_signals`` in the main thread, SIGTERM and
+        SIGINT start a graceful drain and a second signal cancels running handlers."""
+        if self._batcher is not None:
+            raise RuntimeError("a Worker runs once; create a new Worker to run again")
+        loop = asyncio.get_running_loop()
+        installed = self._install_signal_handlers(loop) if handle_signals else []
+        subscriptions: list[Unsubscribe] = []
+        self._batcher = CompletionBatcher(
+            self.client.state,
+            self.client.flush,
+            max_batch=self._batch_size,
+            max_delay=self._linger,
+        )
+        try:
+            await self.client.connect()
+            self._check_pool_size()
+            subscriptions = await self._subscribe()
+            self._started.set()
+            logger.info(
+                "worker started",
+                extra={"worker_id": self.worker_id, "type_names": list(self.type_names)},
+            )
+            await self._loop()
+            await self._drain()
+        finally:
+            if self._runs:
+                self._cancel_handlers("worker stopped")
+                await asyncio.gather(
+                    *(r.task for r in self._runs.values() if r.task), return_exceptions=True
+                )
+            for task in list(self._hint_tasks):
+                task.cancel()
+            await asyncio.gather(*self._hint_tasks, return_exceptions=True)
+            for unsubscribe in subscriptions:
+                try:
+                    await unsubscribe()
+                except Exception:
+                    logger.warning("unsubscribe failed on worker stop", exc_info=True)
+            await self._batcher.close()
+            # Completions committed in handler sessions publish from after-commit tasks.
+            await wait_for_notifications()
+            for signum in installed:
+                loop.remove_signal_handler(signum)
+            self._stopping = True
+            self._done.set()
+            logger.info("worker stopped", extra={"worker_id": self.worker_id})
+
+    def _check_pool_size(self) -> None:
+        engine = getattr(self.client.state, "engine", None)
+        size = getattr(getattr(engine, "pool", None), "size", None)
+        if self.mode != "atomic" or not callable(size):
+            return
+        wanted = self.concurrency + 2
+        if size() < wanted:
+            # Connections beyond the pool are opened and closed per use, which costs more
+            # than the job itself when every handler writes through ctx.session.
+            logger.info(
+                "the engine's pool (pool_size=%s) is smaller than concurrency + 2 = %s; "
+                "handlers that use ctx.session will open a connection per job. "
+                "Pass create_async_engine(..., pool_size=%s).",
+                size(),
+                wanted,
+                wanted,
+                extra={"worker_id": self.worker_id},
+            )
+
+    def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        installed: list[int] = []
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(signum, self._on_signal, signum)
+            except (NotImplementedError, RuntimeError):  # e.g. Windows event loops
+                continue
+            installed.append(signum)
+        return installed
+
+    def _on_signal(self, signum: int) -> None:
+        force = self._stopping
+        logger.info(
+            "signal received; %s",
+            "cancelling running handlers" if force else "draining running jobs",
+            extra={"worker_id": self.worker_id, "signal": signum},
+        )
+        self._stopping = True
+        self._wake.set()
+        if force:
+            self._force = True
+            self._cancel_handlers("worker stopped without drain")
+
+    async def _drain(self) -> None:
+        tasks = [r.task for r in self._runs.values() if r.task is not None]
+        if not tasks or self._force:
+            return
+        logger.info(
+            "draining running jobs",
+            extra={"worker_id": self.worker_id, "running": len(tasks)},
+        )
+        _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
+        if pending:
+            logger.warning(
+                "drain timeout: cancelling running handlers; their jobs will be retried "
+                "when the leases expire",
+                extra={"worker_id": self.worker_id, "running": len(pending)},
+            )
+
+    # -- wakeups ---------------------------------------------------------------------
+
+    async def _subscribe(self) -> list[Unsubscribe]:
+        notify = self.client.notify
+        subscriptions: list[Unsubscribe] = []
+        try:
+            subscriptions.append(
+                await notify.listen_job_scheduled(self.type_names, self._on_job_scheduled)
+            )
+            reconnect = notify.on_reconnect(self._on_reconnect)
+            subscriptions.append(reconnect)
+            # Keeps the ownership-lost channel subscribed for the worker's lifetime, so
+            # registering each running job costs no round trip to the transport.
+            subscriptions.append(
+                await notify.listen_job_ownership_lost(f"{self.worker_id}:idle", _ignore)
+            )
+        except BaseException:
+            for unsubscribe in subscriptions:
+                with suppress(Exception):
+                    await unsubscribe()
+            raise
+        return subscriptions
+
+    def _free_slots(self) -> int:
+        return self.concurrency - len(self._runs)
+
+    def _on_job_scheduled(self, type_name: str) -> None:
+        if self._stopping:
+            return
+        if self._free_slots() <= 0:
+            # Busy: leave the hint to an idle worker; look again when a slot frees.
+            self._maybe_more = True
+            return
+        task = asyncio.create_task(self._consume_hint(type_name))
+        self._hint_tasks.add(task)
+        task.add_done_callback(self._hint_tasks.discard)
+
+    async def _consume_hint(self, type_name: str) -> None:
+        try:
+            wake = await self.client.notify.consume_wake_hint(type_name)
+        except Exception:
+            # Wake rather than miss: an unknown budget means someone may be waiting.
+            logger.warning(
+                "consume_wake_hint failed; waking anyway",
+                exc_info=True,
+                extra={"worker_id": self.worker_id, "type_name": type_name},
+            )
+            wake = True
+        if wake:
+            self._wake.set()
+
+    def _on_reconnect(self) -> None:
+        # Notifications may have been missed while the transport was down: poll now.
+        self._maybe_more = True
+        self._wake.set()
+
+    # -- the loop --------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        error_backoff = 0.0
+        while not self._stopping:
+            # Cleared before querying so a wake arriving during the query is kept.
+            self._wake.clear()
+            timeout: float | None = None
+            try:
+                free = self._free_slots()
+                if free > 0:
+                    records = await self.client.state.acquire(
+                        self.type_names,
+                        worker_id=self.worker_id,
+                        lease_seconds=self.lease,
+                        limit=free,
+                    )
+                    for record in records:
+                        self._start(record)
+                    # A full batch means more may be waiting: look again when a slot frees.
+                    self._maybe_more = len(records) == free
+                    if len(records) < free:
+                        if await self._reap_if_due():
+                            continue
+                        timeout = await self._idle_timeout(acquired=bool(records))
+                error_backoff = 0.0
+            except Exception:
+                error_backoff = min(max(error_backoff * 2, 0.5), _MAX_ERROR_BACKOFF)
+                logger.warning(
+                    "worker loop failed; retrying in %.1fs",
+                    error_backoff,
+                    exc_info=True,
+                    extra={"worker_id": self.worker_id},
+                )
+                timeout = min(error_backoff, self.poll_interval)
+            if self._stopping:
+                break
+            if timeout is None:
+                # All slots are busy: a freed slot wakes the loop.
+                timeout = self._poll_timeout()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _poll_timeout(self) -> float:
+        return self.poll_interval * random.uniform(1 - self.jitter, 1 + self.jitter)
+
+    async def _idle_timeout(self, *, acquired: bool) -> float:
+        """Seconds to sleep with free slots: until the next due job, the next reap or
+        the poll interval, whichever comes first."""
+        timeout = min(self._poll_timeout(), self._last_reap + self.reap_interval - time.monotonic())
+        next_due = await self.client.state.next_due_at(self.type_names)
+        if next_due is not None:
+            if next_due.tzinfo is None:
+                next_due = next_due.replace(tzinfo=UTC)
+            until_due = (next_due - datetime.now(UTC)).total_seconds()
+            if until_due <= 0 and not acquired:
+                # Due but not claimable (another claimer holds it, or the clocks
+                # disagree): back off a little more each time instead of spinning.
+                self._due_streak += 1
+                until_due = _MIN_IDLE_SLEEP * 2 ** min(self._due_streak, 10)
+            else:
+                self._due_streak = 0
+            timeout = min(timeout, until_due)
+        return max(timeout, _MIN_IDLE_SLEEP)
+
+    async def _reap_if_due(self) -> bool:
+        """Return expired leases of our types to pending when the reap interval has
+        passed; True if any job was reaped (so the loop should claim again)."""
+        now = time.monotonic()
+        if now - self._last_reap < self.reap_interval:
+            return False
+        self._last_reap = now
+        notes = NotificationBuffer()
+        reaped = await self.client.state.reap_expired_leases(self.type_names, notes=notes)
+        await self.client.flush(notes)
+        for job_id in reaped:
+            logger.info(
+                "reaped an expired lease",
+                extra={"worker_id": self.worker_id, "job_id": job_id},
+            )
+            self._emit("reaped", job_id=job_id)
+        return bool(reaped)
+
+    # -- running one job -------------------------------------------------------------
+
+    def _start(self, record: JobRecord) -> None:
+        if record.lease_token is None:
+            logger.error(
+                "acquired a job without a lease token; skipping it",
+                extra={"worker_id": self.worker_id, "job_id": record.id},
+            )
+            return
+        run = _Run(Job.from_record(record), record.lease_token, record.leased_until)
+        self._runs[run.lease_token] = run
+        run.task = asyncio.create_task(self._execute(run), name=f"queuert-job-{record.id}")
+        run.task.add_done_callback(lambda _: self._finished(run))
+
+    def _finished(self, run: _Run) -> None:
+        was_full = self._free_slots() <= 0
+        self._runs.pop(run.lease_token, None)
+        if not self._stopping and (self._maybe_more or was_full):
+            self._wake.set()
+
+    async def _execute(self, run: _Run) -> None:
+        job = run.job
+        ctx = JobContext(
+            job,
+            state=self.client.state,
+            worker_id=self.worker_id,
+            lease_token=run.lease_token,
+            lease_seconds=self.lease,
+            session_factory=self._session_factory,
+            no_session_reason=self._no_session_reason,
+            on_progress=lambda progress: self._emit("progress", job, progress=progress),
+            on_lease_renewed=lambda until: setattr(run, "leased_until", until),
+        )
+        self._emit("started", job)
+        run.handler_task = asyncio.create_task(self._call_handler(job, ctx))
+        unsubscribe: Unsubscribe | None = None
+        try:
+            try:
+                unsubscribe = await self.client.notify.listen_job_ownership_lost(
+                    job.id, lambda: self._check_ownership(run)
+                )
+            except Exception:
+                # Renewal still fences the run; only the early cancel is lost.
+                logger.warning(
+                    "cannot listen for ownership loss",
+                    exc_info=True,
+                    extra=_job_extra(job, self.worker_id),
+                )
+            await self._supervise(run)
+            await self._finish(run, ctx)
+        finally:
+            if not run.handler_task.done():
+                run.handler_task.cancel()
+                await asyncio.gather(run.handler_task, return_exceptions=True)
+            for check in list(run.checks):
+                check.cancel()
+            await asyncio.gather(*run.checks, return_exceptions=True)
+            session = ctx.opened_session
+            if session is not None:
+                # Shielded so a cancelled run still returns its connection to the pool.
+                await asyncio.shield(session.close())
+            if unsubscribe is not None:
+                with suppress(Exception):
+                    await unsubscribe()
+
+    async def _call_handler(self, job: Job, ctx: JobContext) -> Any:
+        if self.handler_timeout is None:
+            return await self.registry.call(job, ctx)
+        deadline = asyncio.timeout(self.handler_timeout)
+        try:
+            async with deadline:
+                return await self.registry.call(job, ctx)
+        except TimeoutError:
+            if deadline.expired():
+                raise _HandlerTimeout(self.handler_timeout) from None
+            raise  # the handler's own TimeoutError
+
+    async def _supervise(self, run: _Run) -> None:
+        """Wait for the handler while renewing the lease every third of it; a refused
+        renewal cancels the handler."""
+        assert run.handler_task is not None
+        interval = self.lease / 3
+        while True:
+            done, _ = await asyncio.wait({run.handler_task}, timeout=interval)
+            if done:
+                return
+            try:
+                run.leased_until = await self.client.state.renew_lease(
+                    run.job.id, run.lease_token, self.lease
+                )
+                interval = self.lease / 3
+            except JobOwnershipLostError:
+                self._lose(run, "lease renewal refused")
+            except Exception:
+                logger.warning(
+                    "lease renewal failed; retrying",
+                    exc_info=True,
+                    extra=_job_extra(run.job, self.worker_id),
+                )
+                if run.leased_until is not None and datetime.now(UTC) >= _aware(run.leased_until):
+                    self._lose(run, "lease expired while renewal kept failing")
+                interval = min(self.lease / 3, 1.0)
+
+    def _check_ownership(self, run: _Run) -> None:
+        """An ownership-lost notification is a hint too (it may be stale or forged):
+        confirm with a fenced renewal before cancelling."""
+        if run.lost_reason is not None or (run.handler_task and run.handler_task.done()):
+            return
+        check = asyncio.create_task(self._confirm_loss(run))
+        run.checks.add(check)
+        check.add_done_callback(run.checks.discard)
+
+    async def _confirm_loss(self, run: _Run) -> None:
+        try:
+            run.leased_until = await self.client.state.renew_lease(
+                run.job.id, run.lease_token, self.lease
+            )
+        except JobOwnershipLostError:
+            self._lose(run, "ownership lost")
+        except Exception:
+            logger.warning(
+                "could not confirm ownership",
+                exc_info=True,
+                extra=_job_extra(run.job, self.worker_id),
+            )
+
+    def _lose(self, run: _Run, reason: str) -> None:
+        if run.lost_reason is None:
+            run.lost_reason = reason
+        if run.handler_task is not None and not run.handler_task.done():
+            run.handler_task.cancel()
+
+    def _cancel_handlers(self, reason: str) -> None:
+        """Abandon running jobs: they keep their lease until it expires, then run again."""
+        for run in list(self._runs.values()):
+            run.abandoned = True
+            self._lose(run, reason)
+
+    async def _finish(self, run: _Run, ctx: JobContext) -> None:
+        """Write the outcome of a finished handler: completion, retry or failure."""
+        job = run.job
+        assert run.handler_task is not None
+        if run.abandoned:
+            logger.warning(
+                "worker stopped before the handler finished; the job runs again once its "
+                "lease expires",
+                extra=_job_extra(job, self.worker_id),
+            )
+            self._emit("abandoned", job, error=run.lost_reason)
+            return
+        if run.lost_reason is not None or run.handler_task.cancelled():
+            reason = run.lost_reason or "handler cancelled"
+            logger.warning(
+                "job ownership lost; handler cancelled",
+                extra={**_job_extra(job, self.worker_id), "reason": reason},
+            )
+            self._emit("ownership_lost", job, error=reason)
+            return
+        exc = run.handler_task.exception()
+        if exc is None:
+            result = run.handler_task.result()
+            try:
+                completion = self._completion(run, result)
+            except InvalidInputError as invalid:
+                exc = invalid
+            else:
+                await self._complete(run, ctx, completion)
+                return
+        await self._fail(run, ctx, exc)
+
+    def _completion(self, run: _Run, result: Any) -> Completion:
+        if isinstance(result, ContinueWith):
+            return Completion(run.job.id, run.lease_token, continue_with=result)
+        check_json(result, "the handler's output")
+        return Completion(run.job.id, run.lease_token, output=result)
+
+    async def _complete(self, run: _Run, ctx: JobContext, completion: Completion) -> None:
+        job = run.job
+        session = ctx.opened_session
+        try:
+            if session is not None:
+                outcome = await self._complete_in_session(session, completion)
+            else:
+                assert self._batcher is not None
+                outcome = await self._batcher.complete(completion)
+        except Exception as exc:
+            if session is not None:
+                # Usually the handler's own writes (an IntegrityError flushed at COMMIT):
+                # a failed attempt, recorded and retried like an exception in the handler.
+                await self._fail(run, ctx, exc)
+                return
+            logger.exception(
+                "completing the job failed; it will be retried when its lease expires",
+                extra=_job_extra(job, self.worker_id),
+            )
+            return
+        if isinstance(outcome, JobOwnershipLostError):
+            logger.warning(
+                "job completed elsewhere or reaped before its completion; result discarded",
+                extra=_job_extra(job, self.worker_id),
+            )
+            self._emit("ownership_lost", job, error=str(outcome))
+            return
+        next_type = completion.continue_with.job.type_name if completion.continue_with else None
+        self._emit("completed", job, continued_with=next_type)
+        if next_type is not None and next_type in self.registry:
+            # We handle the continuation ourselves: look for it now instead of waiting
+            # for the notification round trip.
+            self._maybe_more = True
+            self._wake.set()
+
+    async def _complete_in_session(
+        self, session: AsyncSession, completion: Completion
+    ) -> CompletionResult:
+        notes = buffer_for_transaction(session, self.client.notify)
+        (outcome,) = await self.client.state.complete_jobs(
+            [completion], notes=notes, session=session
+        )
+        if isinstance(outcome, JobOwnershipLostError):
+            # The handler's writes must not outlive the lease they were made under.
+            await session.rollback()
+        else:
+            await session.commit()
+        return outcome
+
+    async def _fail(self, run: _Run, ctx: JobContext, exc: BaseException) -> None:
+        job = run.job
+        session = ctx.opened_session
+        if session is not None:
+            with suppress(Exception):
+                await session.rollback()
+        if isinstance(exc, _HandlerTimeout):
+            error = str(exc)
+        else:
+            error = "".join(traceback.format_exception(exc))[-_MAX_ERROR_TEXT:]
+        retry_delay = self.retry_backoff(job.attempt) if self.retry_backoff else None
+        notes = NotificationBuffer()
+        try:
+            outcome = await self.client.state.fail_job(
+                job.id, run.lease_token, error, notes=notes, retry_delay=retry_delay
+            )
+        except JobOwnershipLostError as lost:
+            self._emit("ownership_lost", job, error=str(lost))
+            return
+        except Exception:
+            logger.exception(
+                "recording a failed attempt failed; the job will be retried when its lease expires",
+                extra=_job_extra(job, self.worker_id),
+            )
+            return
+        await self.client.flush(notes)
+        summary = f"{type(exc).__name__}: {exc}"
+        exc_info = None if isinstance(exc, _HandlerTimeout) else exc
+        if outcome.status == "pending":
+            logger.warning(
+                "job attempt failed; will retry",
+                exc_info=exc_info,
+                extra={**_job_extra(job, self.worker_id), "retry_at": outcome.retry_at},
+            )
+            self._emit("retried", job, error=summary, retry_at=outcome.retry_at)
+        else:
+            logger.error(
+                "job failed; no attempts left",
+                exc_info=exc_info,
+                extra=_job_extra(job, self.worker_id),
+            )
+            self._emit("failed", job, error=summary)
+
+    # -- events ----------------------------------------------------------------------
+
+    def _emit(
+        self,
+        kind: EventKind,
+        job: Job | None = None,
+        *,
+        job_id: str | None = None,
+        **details: Any,
+    ) -> None:
+        if self.on_event is None:
+            return
+        event = WorkerEvent(
+            kind=kind,
+            job_id=job.id if job is not None else job_id or "",
+            worker_id=self.worker_id,
+            type_name=job.type_name if job is not None else None,
+            chain_id=job.chain_id if job is not None else None,
+            attempt=job.attempt if job is not None else None,
+            at=time.time(),
+            **details,
+        )
+        try:
+            self.on_event(event)
+        except Exception:
+            logger.exception("on_event callback failed", extra={"event_kind": kind})
+
+
+class _HandlerTimeout(Exception):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"handler timed out after {seconds}s")
+
+
+def _ignore() -> None:
+    return None
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _job_extra(job: Job, worker_id: str) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "type_name": job.type_name,
+        "attempt": job.attempt,
+        "worker_id": worker_id,
+    }
+
+
+def _check_positive(
+    name: str, value: object, *, integer: bool = False, allow_zero: bool = False
+) -> None:
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool)
+    if ok and (value < 0 or (value == 0 and not allow_zero)):  # type: ignore[operator]
+        ok = False
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        kind = "an int" if integer else "a number"
+        raise InvalidInputError(f"{name} must be {kind} {bound}, got {value!r}")
+
+
+def _session_factory(client: Client) -> Callable[[], AsyncSession] | None:
+    """Sessions on the state adapter's engine, for atomic mode (``None`` without one)."""
+    from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+    engine = getattr(client.state, "engine", None)
+    if not isinstance(engine, AsyncEngine):
+        return None
+    return async_sessionmaker(engine, expire_on_commit=False)

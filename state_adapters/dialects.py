@@ -1,0 +1,211 @@
+"""Everything that differs between Postgres and SQLite, as small named functions.
+
+The adapter and its statements never test a dialect name themselves; they ask
+here. Supported: ``postgresql+psycopg`` and ``sqlite+aiosqlite``.
+
+SQLite engines are configured once, through events on the sync engine:
+
+- ``connect``: WAL journal, a long ``busy_timeout``, and the driver's own
+  transaction handling switched off (``isolation_level = None``);
+- ``begin``: every transaction starts with ``BEGIN IMMEDIATE``, so a writer
+  takes the write lock up front and waits (up to the busy timeout) instead of
+  failing with "database is locked" when it upgrades a read lock later.
+
+These hooks apply to every connection of that engine, including the
+application's own sessions: on SQLite all transactions on the engine are
+write transactions and run one at a time (readers in other connections are
+not blocked, thanks to WAL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from typing import Any
+
+from sqlalchemy import Select, event, func, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import ColumnElement
+
+from queuert_notify.errors import ConfigurationError, mask_url
+
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+"""How long a SQLite writer waits for the write lock before "database is locked"."""
+
+_SUPPORTED = {("postgresql", "psycopg"), ("sqlite", "aiosqlite")}
+_SQLITE_READY = "queuert_sqlite_ready"
+_READ_ONLY = "queuert_read_only"
+# Postgres SQLSTATEs after which the whole transaction may simply be retried.
+_RETRYABLE_SQLSTATES = {"40001", "40P01"}
+
+
+def check_supported(engine: AsyncEngine) -> None:
+    """Raise ``ConfigurationError`` unless the engine is Postgres/psycopg or SQLite/aiosqlite."""
+    dialect = engine.dialect
+    if (dialect.name, dialect.driver) not in _SUPPORTED:
+        url = mask_url(engine.url.render_as_string(hide_password=False))
+        raise ConfigurationError(
+            f"unsupported database {dialect.name}+{dialect.driver} ({url}); "
+            "SqlAlchemyStateAdapter supports postgresql+psycopg:// and sqlite+aiosqlite:// URLs"
+        )
+
+
+def is_postgres(engine_or_connection: AsyncEngine | AsyncConnection) -> bool:
+    return engine_or_connection.dialect.name == "postgresql"
+
+
+def configure_engine(engine: AsyncEngine) -> None:
+    """Install the SQLite connection hooks (idempotent; nothing to do on Postgres)."""
+    if engine.dialect.name != "sqlite":
+        return
+    sync_engine = engine.sync_engine
+    if not event.contains(sync_engine, "begin", _sqlite_begin_immediate):
+        event.listen(sync_engine, "begin", _sqlite_begin_immediate)
+
+
+def _sqlite_prepare(dbapi_connection: Any) -> bool:
+    """Configure one connection; False if WAL could not be switched on yet."""
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode")
+        if cursor.fetchone()[0] == "wal":
+            return True
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            # Switching a new file to WAL needs the database to itself and does
+            # not wait for the busy timeout; another connection is using it
+            # (possibly switching it right now). WAL is a property of the file,
+            # so try again at this connection's next transaction.
+            if "locked" not in str(exc):
+                raise
+            return False
+        return True
+    finally:
+        cursor.close()
+
+
+def _sqlite_begin_immediate(connection: Connection) -> None:
+    # Prepared lazily here rather than on "connect": connections the
+    # application pooled before the adapter existed get the same settings.
+    fairy = connection.connection
+    if not fairy.info.get(_SQLITE_READY):
+        fairy.info[_SQLITE_READY] = _sqlite_prepare(fairy.dbapi_connection)
+    if connection.get_execution_options().get(_READ_ONLY):
+        connection.exec_driver_sql("BEGIN")
+    else:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def reader(engine: AsyncEngine) -> AsyncEngine:
+    """An engine view for statements that only read.
+
+    Postgres: autocommit, so a read is one round trip. SQLite: a deferred
+    ``BEGIN``, so readers do not take the write lock.
+    """
+    if is_postgres(engine):
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine.execution_options(**{_READ_ONLY: True})
+
+
+def single_writer(engine: AsyncEngine) -> AsyncEngine:
+    """An engine view for a write that is one statement.
+
+    Postgres: autocommit (the statement is its own transaction, one round
+    trip). SQLite: the engine itself, so the write begins ``IMMEDIATE``.
+    """
+    if is_postgres(engine):
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine
+
+
+def insert_or_ignore(table: Any, postgres: bool) -> Any:
+    """``INSERT ... ON CONFLICT DO NOTHING`` for the dialect in use.
+
+    On Postgres a conflicting row inserted by a transaction still in progress
+    makes this wait for that transaction; once it commits, the next statement
+    sees its row.
+    """
+    construct = postgresql.insert(table) if postgres else sqlite.insert(table)
+    return construct.on_conflict_do_nothing()
+
+
+def random_token(postgres: bool) -> ColumnElement[str]:
+    """A fresh random 32-hex-digit token per row (lease tokens)."""
+    if postgres:
+        return func.replace(func.cast(func.gen_random_uuid(), postgresql.TEXT), "-", "")
+    return func.lower(func.hex(func.randomblob(16)))
+
+
+def claim_lock(select: Select[Any], postgres: bool) -> Select[Any]:
+    """Lock the selected rows for a claim, skipping rows another claimer holds.
+
+    ``FOR NO KEY UPDATE`` rather than ``FOR UPDATE`` so inserts that reference
+    the row are not blocked. SQLite needs nothing: the writer holds the database.
+    """
+    if postgres:
+        return select.with_for_update(skip_locked=True, key_share=True)
+    return select
+
+
+def skip_locked(select: Select[Any], postgres: bool) -> Select[Any]:
+    """Lock the selected rows for update, skipping rows another transaction holds
+    (Postgres ``FOR UPDATE SKIP LOCKED``; SQLite holds the database already)."""
+    if postgres:
+        return select.with_for_update(skip_locked=True)
+    return select
+
+
+def id_in_selected(
+    id_column: ColumnElement[Any], selected: Select[Any], postgres: bool
+) -> ColumnElement[bool]:
+    """``id_column IN (selected)``, with ``selected`` evaluated exactly once.
+
+    Postgres may re-run a ``LIMIT ... SKIP LOCKED`` subquery for every outer
+    row and so claim more rows than the limit; a materialized CTE runs once.
+    """
+    if postgres:
+        claimed = selected.cte("selected").prefix_with("MATERIALIZED")
+        return id_column.in_(select(claimed.c[0]).scalar_subquery())
+    return id_column.in_(selected.scalar_subquery())
+
+
+def share_lock(select: Select[Any], postgres: bool) -> Select[Any]:
+    """Lock rows against concurrent updates until commit (Postgres ``FOR SHARE``)."""
+    if postgres:
+        return select.with_for_update(read=True)
+    return select
+
+
+def update_lock(select: Select[Any], postgres: bool) -> Select[Any]:
+    """Lock rows for update until commit (Postgres ``FOR UPDATE``)."""
+    if postgres:
+        return select.with_for_update()
+    return select
+
+
+async def take_migration_lock(connection: AsyncConnection, name: str) -> None:
+    """Serialize migrations of one table set across processes, until commit.
+
+    Postgres: a transaction-scoped advisory lock keyed by ``name``. SQLite: the
+    transaction already began with ``BEGIN IMMEDIATE``, which excludes every
+    other writer.
+    """
+    if not is_postgres(connection):
+        return
+    digest = hashlib.sha256(f"queuert-notify:migrate:{name}".encode()).digest()
+    key = int.from_bytes(digest[:8], "big", signed=True)
+    await connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for a deadlock or serialization failure: retrying the transaction is safe."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return sqlstate in _RETRYABLE_SQLSTATES

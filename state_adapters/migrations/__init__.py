@@ -1,0 +1,1 @@
+"""The schema's migration history (Alembic), applied by ``SqlAlchemyStateAdapter.migrate()``."""

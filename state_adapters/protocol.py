@@ -1,0 +1,281 @@
+"""The state seam: everything the client and workers need from durable job storage.
+
+Every mutating method accepts the caller's ``AsyncSession`` or
+``AsyncConnection`` as ``session`` and then writes inside the caller's
+transaction without committing it; without one, the adapter opens, commits and
+closes its own transaction before returning. The notifications a change
+implies are recorded into ``notes`` (a :class:`NotificationBuffer`) and sent by
+the caller only after the transaction commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+
+# Only type-checking imports from queuert_notify: it imports this module at
+# runtime, so a runtime import back would be a cycle.
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    from queuert_notify.errors import JobOwnershipLostError
+    from queuert_notify.hooks import NotificationBuffer
+
+    CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
+
+JobStatus = Literal["blocked", "pending", "running", "completed", "failed", "cancelled"]
+FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+DedupScope = Literal["incomplete", "ever"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to create: the first of a new chain, or the next of a chain."""
+
+    type_name: str
+    input: Any = None
+    run_at: datetime | None = None
+    """Not before this instant (UTC); ``None`` or a past instant means now."""
+    priority: int = 0
+    """Lower runs first."""
+    max_attempts: int | None = None
+    """``None``: retry forever (with capped backoff)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewChain:
+    """A chain to start: its first job plus chain-level options."""
+
+    job: NewJob
+    dedup_key: str | None = None
+    dedup_scope: DedupScope = "incomplete"
+    """``incomplete``: dedup only against chains not yet final; ``ever``: against all."""
+    dedup_window: float | None = None
+    """Seconds; when set, only chains created within the window deduplicate."""
+    blockers: Sequence[str] = ()
+    """Chain ids that must complete before the first job becomes pending."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartedChain:
+    """Result of starting one chain."""
+
+    id: str
+    type_name: str
+    deduplicated: bool
+    """True when an existing chain with the same dedup key was returned instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job row as stored."""
+
+    id: str
+    type_name: str
+    chain_id: str
+    chain_index: int
+    input: Any
+    output: Any
+    status: JobStatus
+    priority: int
+    created_at: datetime
+    scheduled_at: datetime
+    completed_at: datetime | None
+    attempt: int
+    """1 for the first run; incremented by every acquire."""
+    max_attempts: int | None
+    last_error: str | None
+    leased_by: str | None
+    lease_token: str | None
+    leased_until: datetime | None
+    deduplication_key: str | None
+    progress: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ChainRecord:
+    """A chain: its first job's identity, its last job's status and output."""
+
+    id: str
+    type_name: str
+    """Type of the chain's first job."""
+    status: JobStatus
+    output: Any
+    created_at: datetime
+    completed_at: datetime | None
+    last_job: JobRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueWith:
+    """Finish the current job by creating the next job of its chain."""
+
+    job: NewJob
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """Finish a leased job with an output, or by continuing the chain."""
+
+    job_id: str
+    lease_token: str
+    output: Any = None
+    continue_with: ContinueWith | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailureOutcome:
+    """What ``fail_job`` did: retried (``pending`` at ``retry_at``) or ``failed`` for good."""
+
+    status: Literal["pending", "failed"]
+    retry_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a keyset-paginated listing; pass ``next_cursor`` as ``after``."""
+
+    items: Sequence[Any]
+    next_cursor: str | None = field(default=None)
+
+
+class StateAdapter(Protocol):
+    """Durable job state. See the module docstring for sessions and ``notes``."""
+
+    async def migrate(self) -> None:
+        """Create or upgrade the schema; idempotent and safe to run concurrently."""
+        ...
+
+    async def start_chains(
+        self,
+        chains: Sequence[NewChain],
+        *,
+        notes: NotificationBuffer,
+        session: CallerSession = None,
+    ) -> list[StartedChain]:
+        """Create chains atomically (all or none); race-free deduplication."""
+        ...
+
+    async def acquire(
+        self,
+        type_names: Sequence[str],
+        *,
+        worker_id: str,
+        lease_seconds: float,
+        limit: int = 1,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` of the best eligible pending jobs of these
+        types in one statement; never hands one job to two callers."""
+        ...
+
+    async def next_due_at(self, type_names: Sequence[str]) -> datetime | None:
+        """Earliest ``scheduled_at`` of a pending job of these types, if any."""
+        ...
+
+    async def renew_lease(self, job_id: str, lease_token: str, lease_seconds: float) -> datetime:
+        """Extend the lease; returns the new ``leased_until``.
+        Raises ``JobOwnershipLostError`` for a stale token."""
+        ...
+
+    async def set_progress(self, job_id: str, lease_token: str, progress: Any) -> None:
+        """Store progress (fenced by the lease token)."""
+        ...
+
+    async def complete_jobs(
+        self,
+        completions: Sequence[Completion],
+        *,
+        notes: NotificationBuffer,
+        session: CallerSession = None,
+    ) -> list[JobRecord | JobOwnershipLostError]:
+        """Complete several leased jobs in one transaction. Per completion:
+        the completed job (a chain's last job also completes the chain and
+        unblocks dependents), or a ``JobOwnershipLostError`` for a stale
+        token, which changes nothing for that job."""
+        ...
+
+    async def fail_job(
+        self,
+        job_id: str,
+        lease_token: str,
+        error: str,
+        *,
+        notes: NotificationBuffer,
+        retry_delay: float | None = None,
+    ) -> FailureOutcome:
+        """Record a failed attempt: back to pending after a backoff (or
+        ``retry_delay``), or ``failed`` when attempts are exhausted.
+        Fenced: raises ``JobOwnershipLostError`` for a stale token."""
+        ...
+
+    async def reap_expired_leases(
+        self, type_names: Sequence[str] | None, *, notes: NotificationBuffer, limit: int = 100
+    ) -> list[str]:
+        """Return running jobs with an expired lease to pending (or failed);
+        each exactly once even with overlapping reapers. Returns reaped job ids."""
+        ...
+
+    async def cancel_chain(
+        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> ChainRecord:
+        """Cancel a chain's unfinished job (running ones lose ownership)."""
+        ...
+
+    async def trigger_chain(
+        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> ChainRecord:
+        """Make the chain's pending job due now."""
+        ...
+
+    async def complete_chain(
+        self,
+        chain_id: str,
+        output: Any,
+        *,
+        notes: NotificationBuffer,
+        session: CallerSession = None,
+    ) -> ChainRecord:
+        """Workerless completion from application code."""
+        ...
+
+    async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
+        """Delete a chain and its jobs; raises ``ChainInUseError`` while other
+        jobs are blocked on it."""
+        ...
+
+    async def get_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """Raises ``ChainNotFoundError``."""
+        ...
+
+    async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
+        """Raises ``JobNotFoundError``."""
+        ...
+
+    async def list_chains(
+        self,
+        *,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Newest first, keyset-paginated."""
+        ...
+
+    async def list_jobs(
+        self,
+        *,
+        chain_id: str | None = None,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Newest first (by chain order inside a chain), keyset-paginated."""
+        ...
+
+    async def count_jobs(self, *, type_names: Sequence[str] | None = None) -> Mapping[str, int]:
+        """Number of jobs per status (for the CLI and dashboards)."""
+        ...

@@ -1,0 +1,222 @@
+"""The tables that hold job state, as SQLAlchemy Core objects.
+
+:func:`make_metadata` builds them under any table prefix and schema, so an
+application can list them in its own Alembic ``target_metadata`` (or exclude
+them) while :meth:`SqlAlchemyStateAdapter.migrate` keeps them up to date with
+the migrations shipped in ``state_adapters/migrations``. The migrations and
+this module describe the same schema; a test compares them.
+
+Tables (``{prefix}`` defaults to ``queuert_``):
+
+- ``{prefix}chains``: one row per chain; ``completed_at`` is set once, when the
+  chain reaches a final status; ``has_dependents`` once a job was blocked on
+  it. Both are written under this row's lock, which serializes "the chain
+  became final" against "a job is being blocked on this chain". A chain's
+  status and output are those of its job with the highest ``chain_index``.
+- ``{prefix}jobs``: one row per job; a chain's jobs share ``chain_id`` and are
+  numbered by ``chain_index`` (the first job's id is the chain id).
+- ``{prefix}blockers``: which chains a blocked job waits for.
+  ``jobs.blockers_pending`` counts those not yet final; the job becomes pending
+  when it reaches zero.
+- ``{prefix}dedup_keys``: the chain that currently owns a deduplication key
+  (per chain type); its primary key makes deduplication race-free.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from queuert_notify.errors import ConfigurationError
+
+DEFAULT_TABLE_PREFIX = "queuert_"
+ID_LENGTH = 32
+TYPE_NAME_LENGTH = 200
+DEDUP_KEY_LENGTH = 255
+WORKER_ID_LENGTH = 255
+STATUS_LENGTH = 16
+
+_PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC instant on every dialect.
+
+    Postgres stores ``timestamptz``; SQLite has no time zones, so values are
+    stored as naive UTC text (which compares correctly) and come back aware.
+    Naive datetimes are refused: an instant without a zone is ambiguous.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware instant")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def json_type() -> TypeEngine[Any]:
+    """JSON documents: ``jsonb`` on Postgres, JSON text on SQLite."""
+    return JSON().with_variant(JSONB(), "postgresql")
+
+
+def check_table_prefix(table_prefix: str) -> str:
+    """Return ``table_prefix`` if it is a safe identifier start (letters, digits,
+    ``_``; at most 30 characters, so index names stay under Postgres' 63)."""
+    if not isinstance(table_prefix, str) or not _PREFIX_PATTERN.fullmatch(table_prefix):
+        raise ConfigurationError(
+            f"table_prefix {table_prefix!r} is not allowed: use 1-30 letters, digits or "
+            "underscores, starting with a letter or underscore (e.g. 'queuert_')"
+        )
+    return table_prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """The four tables of one prefix/schema, on one :class:`MetaData`."""
+
+    metadata: MetaData
+    chains: Table
+    jobs: Table
+    blockers: Table
+    dedup_keys: Table
+    table_prefix: str
+    schema: str | None
+
+    @property
+    def version_table(self) -> str:
+        """Name of the migrations' own version table (never the application's)."""
+        return f"{self.table_prefix}alembic_version"
+
+
+def make_tables(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = None) -> Tables:
+    """Build the tables for ``table_prefix`` (and optional ``schema``) on a new MetaData."""
+    p = check_table_prefix(table_prefix)
+    metadata = MetaData(schema=schema)
+    pending = text("status = 'pending'")
+    running = text("status = 'running'")
+    chains = Table(
+        f"{p}chains",
+        metadata,
+        Column("id", String(ID_LENGTH), primary_key=True),
+        Column("type_name", String(TYPE_NAME_LENGTH), nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("completed_at", UtcDateTime(), nullable=True),
+        Column("has_dependents", Boolean, nullable=False),
+        Column("dedup_key", String(DEDUP_KEY_LENGTH), nullable=True),
+        Index(f"{p}chains_type_ix", "type_name", "id"),
+    )
+    jobs = Table(
+        f"{p}jobs",
+        metadata,
+        Column("id", String(ID_LENGTH), primary_key=True),
+        Column("chain_id", String(ID_LENGTH), nullable=False),
+        Column("chain_index", Integer, nullable=False),
+        Column("type_name", String(TYPE_NAME_LENGTH), nullable=False),
+        Column("input", json_type(), nullable=True),
+        Column("output", json_type(), nullable=True),
+        Column("progress", json_type(), nullable=True),
+        Column("status", String(STATUS_LENGTH), nullable=False),
+        Column("priority", Integer, nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        Column("scheduled_at", UtcDateTime(), nullable=False),
+        Column("completed_at", UtcDateTime(), nullable=True),
+        Column("attempt", Integer, nullable=False),
+        Column("max_attempts", Integer, nullable=True),
+        Column("last_error", Text, nullable=True),
+        Column("leased_by", String(WORKER_ID_LENGTH), nullable=True),
+        Column("lease_token", String(ID_LENGTH), nullable=True),
+        Column("leased_until", UtcDateTime(), nullable=True),
+        Column("deduplication_key", String(DEDUP_KEY_LENGTH), nullable=True),
+        Column("blockers_pending", Integer, nullable=False),
+        UniqueConstraint("chain_id", "chain_index", name=f"{p}jobs_chain_uq"),
+        # Acquisition reads the best pending jobs of some types in this order.
+        Index(
+            f"{p}jobs_acquire_ix",
+            "type_name",
+            "priority",
+            "scheduled_at",
+            "id",
+            postgresql_where=pending,
+            sqlite_where=pending,
+        ),
+        # next_due_at: the earliest pending job of some types.
+        Index(
+            f"{p}jobs_due_ix",
+            "type_name",
+            "scheduled_at",
+            postgresql_where=pending,
+            sqlite_where=pending,
+        ),
+        # The reaper looks for running jobs whose lease expired.
+        Index(
+            f"{p}jobs_lease_ix",
+            "leased_until",
+            postgresql_where=running,
+            sqlite_where=running,
+        ),
+        Index(f"{p}jobs_status_ix", "status", "type_name"),
+    )
+    blockers = Table(
+        f"{p}blockers",
+        metadata,
+        Column("job_id", String(ID_LENGTH), nullable=False),
+        Column("blocker_chain_id", String(ID_LENGTH), nullable=False),
+        PrimaryKeyConstraint("job_id", "blocker_chain_id", name=f"{p}blockers_pk"),
+        Index(f"{p}blockers_blocker_ix", "blocker_chain_id"),
+    )
+    dedup_keys = Table(
+        f"{p}dedup_keys",
+        metadata,
+        Column("type_name", String(TYPE_NAME_LENGTH), nullable=False),
+        Column("dedup_key", String(DEDUP_KEY_LENGTH), nullable=False),
+        Column("chain_id", String(ID_LENGTH), nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False),
+        PrimaryKeyConstraint("type_name", "dedup_key", name=f"{p}dedup_keys_pk"),
+        Index(f"{p}dedup_keys_chain_ix", "chain_id"),
+    )
+    return Tables(metadata, chains, jobs, blockers, dedup_keys, p, schema)
+
+
+def make_metadata(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = None) -> MetaData:
+    """A MetaData holding the queue's tables under ``table_prefix`` and ``schema``,
+    e.g. for an application's Alembic ``include_object`` filter or ``target_metadata``."""
+    return make_tables(table_prefix, schema).metadata
+
+
+metadata: MetaData = make_metadata()
+"""The queue's tables under the default prefix ``queuert_`` and the default schema."""

@@ -1,0 +1,1002 @@
+"""The state adapter over SQLAlchemy's asyncio engine: Postgres (psycopg 3) and SQLite (aiosqlite).
+
+Guarantees (the conformance suite in ``queuert_notify.testing`` checks them):
+
+- a job is claimed by one caller at a time (row locks with ``SKIP LOCKED`` on
+  Postgres, the ``BEGIN IMMEDIATE`` write lock on SQLite);
+- every write a worker makes names its lease token; a stale token changes
+  nothing and raises :class:`JobOwnershipLostError`;
+- a chain becomes final once, in the transaction that finishes its last job,
+  and that transaction also unblocks the jobs waiting on it;
+- deduplication rides on a primary key, so racing starts make one chain;
+- with ``session=`` every write joins the caller's transaction and is never
+  committed here; notifications go to ``notes`` only when the call succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import RowMapping
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from queuert_notify.errors import (
+    ChainInUseError,
+    ChainNotFoundError,
+    ConfigurationError,
+    InvalidInputError,
+    JobNotFoundError,
+    JobOwnershipLostError,
+)
+from queuert_notify.hooks import NotificationBuffer
+from state_adapters import dialects
+from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
+from state_adapters.ids import new_id
+from state_adapters.protocol import (
+    ChainRecord,
+    Completion,
+    FailureOutcome,
+    JobRecord,
+    JobStatus,
+    NewChain,
+    NewJob,
+    Page,
+    StartedChain,
+)
+from state_adapters.schema import (
+    DEDUP_KEY_LENGTH,
+    DEFAULT_TABLE_PREFIX,
+    TYPE_NAME_LENGTH,
+    WORKER_ID_LENGTH,
+    make_tables,
+)
+from state_adapters.statements import Statements
+
+if TYPE_CHECKING:
+    CallerSession = AsyncSession | AsyncConnection | None
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ALL_STATUSES: tuple[JobStatus, ...] = (
+    "blocked",
+    "pending",
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+)
+MAX_PAGE_SIZE = 10_000
+_MAX_TRANSACTION_RETRIES = 5
+_DEDUP_ATTEMPTS = 20
+
+
+class SqlAlchemyStateAdapter:
+    """Job state in the application's own Postgres or SQLite database.
+
+    ``engine`` stays the caller's (dispose it yourself); ``table_prefix`` and
+    ``schema`` place the tables; ``backoff_base``/``backoff_cap`` (seconds)
+    shape the retry delay after a failed attempt n:
+    ``min(cap, base * 2 ** (n - 1))`` ± 10 %. Unsupported drivers raise
+    :class:`ConfigurationError` here, not at the first query.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        table_prefix: str = DEFAULT_TABLE_PREFIX,
+        schema: str | None = None,
+        backoff_base: float = DEFAULT_BACKOFF_BASE,
+        backoff_cap: float = DEFAULT_BACKOFF_CAP,
+    ) -> None:
+        if not isinstance(engine, AsyncEngine):
+            raise ConfigurationError(
+                "SqlAlchemyStateAdapter needs an AsyncEngine "
+                "(sqlalchemy.ext.asyncio.create_async_engine), "
+                f"got {type(engine).__name__}"
+            )
+        dialects.check_supported(engine)
+        if not (0 <= backoff_base <= backoff_cap):
+            raise ConfigurationError(
+                f"need 0 <= backoff_base <= backoff_cap, got {backoff_base} and {backoff_cap}"
+            )
+        dialects.configure_engine(engine)
+        self.engine = engine
+        self.tables = make_tables(table_prefix, schema)
+        self.metadata = self.tables.metadata
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self._postgres = dialects.is_postgres(engine)
+        self._sql = Statements(self.tables, postgres=self._postgres)
+        self._reader = dialects.reader(engine)
+        self._single_writer = dialects.single_writer(engine)
+
+    # -- schema ------------------------------------------------------------------------
+
+    async def migrate(self) -> None:
+        """Create or upgrade the tables to the latest shipped migration.
+
+        Idempotent, and safe when several processes run it at once: they take
+        turns (Postgres advisory lock, SQLite write lock) and all but the first
+        find nothing to do.
+        """
+        from state_adapters.migrations.runner import upgrade
+
+        async with self.engine.begin() as connection:
+            await dialects.take_migration_lock(
+                connection, f"{self.tables.schema}.{self.tables.table_prefix}"
+            )
+            await connection.run_sync(upgrade, self.tables)
+
+    # -- starting chains ---------------------------------------------------------------
+
+    async def start_chains(
+        self,
+        chains: Sequence[NewChain],
+        *,
+        notes: NotificationBuffer,
+        session: CallerSession = None,
+    ) -> list[StartedChain]:
+        """Create chains atomically (all or none), in order; race-free deduplication.
+
+        Everything is validated before the first write; unknown blocker chains
+        raise :class:`ChainNotFoundError`, also before any write.
+        """
+        for chain in chains:
+            _check_new_chain(chain)
+        if not chains:
+            return []
+        if session is None and not any(c.dedup_key or c.blockers for c in chains):
+            # Plain inserts: one statement on Postgres, run as its own transaction.
+            staged = NotificationBuffer()
+            async with self._single_writer.begin() as conn:
+                started = await self._start(conn, staged, chains)
+            notes.absorb(staged)
+            return started
+        return await self._write(session, notes, lambda c, n: self._start(c, n, chains))
+
+    async def _start(
+        self, conn: AsyncConnection, notes: NotificationBuffer, chains: Sequence[NewChain]
+    ) -> list[StartedChain]:
+        now = _now()
+        blocker_ids = {b for chain in chains for b in chain.blockers}
+        open_blockers: set[str] = set()
+        if blocker_ids:
+            rows = (await conn.execute(*self._sql.mark_dependents(list(blocker_ids)))).all()
+            found = {row.id for row in rows}
+            missing = sorted(blocker_ids - found)
+            if missing:
+                raise ChainNotFoundError(
+                    f"blocker chain(s) {', '.join(missing)} do not exist; "
+                    "pass ids of chains that were started (and not deleted)"
+                )
+            # The statement above only flagged existing chains as having
+            # dependents, which is harmless if this start goes no further.
+            open_blockers = {row.id for row in rows if row.completed_at is None}
+        started: list[StartedChain] = []
+        chain_rows: list[dict[str, Any]] = []
+        job_rows: list[dict[str, Any]] = []
+        blocker_rows: list[dict[str, Any]] = []
+        ids = [new_id() for _ in chains]
+        holders = await self._take_dedup_keys(conn, chains, ids, now)
+        for chain, chain_id in zip(chains, ids, strict=True):
+            job = chain.job
+            if chain.dedup_key is not None:
+                holder = holders[(job.type_name, chain.dedup_key)]
+                if holder != chain_id:
+                    started.append(StartedChain(holder, job.type_name, deduplicated=True))
+                    continue
+            waiting_on = sum(1 for b in set(chain.blockers) if b in open_blockers)
+            chain_rows.append(
+                {
+                    "id": chain_id,
+                    "type_name": job.type_name,
+                    "created_at": now,
+                    "completed_at": None,
+                    "has_dependents": False,
+                    "dedup_key": chain.dedup_key,
+                }
+            )
+            job_rows.append(
+                _job_row(
+                    job,
+                    job_id=chain_id,
+                    chain_id=chain_id,
+                    chain_index=0,
+                    now=now,
+                    dedup_key=chain.dedup_key,
+                    blockers_pending=waiting_on,
+                )
+            )
+            blocker_rows.extend(
+                {"job_id": chain_id, "blocker_chain_id": b} for b in dict.fromkeys(chain.blockers)
+            )
+            if waiting_on == 0:
+                notes.job_scheduled(job.type_name)
+            started.append(StartedChain(chain_id, job.type_name, deduplicated=False))
+        if chain_rows:
+            for statement, params in self._sql.insert_chains_and_jobs(chain_rows, job_rows):
+                await conn.execute(statement, params)
+        if blocker_rows:
+            await conn.execute(self.tables.blockers.insert(), blocker_rows)
+        return started
+
+    async def _take_dedup_keys(
+        self,
+        conn: AsyncConnection,
+        chains: Sequence[NewChain],
+        ids: Sequence[str],
+        now: datetime,
+    ) -> dict[tuple[str, str], str]:
+        """For every dedup key of the batch, the chain that answers it: an existing
+        chain, or the first chain of this batch with that key (which then holds it).
+        Keys are taken in sorted order, so two batches never wait on each other in
+        a cycle."""
+        first: dict[tuple[str, str], tuple[NewChain, str]] = {}
+        for chain, chain_id in zip(chains, ids, strict=True):
+            if chain.dedup_key is not None:
+                first.setdefault((chain.job.type_name, chain.dedup_key), (chain, chain_id))
+        holders: dict[tuple[str, str], str] = {}
+        for key in sorted(first):
+            chain, chain_id = first[key]
+            existing = await self._take_dedup_key(conn, chain, chain_id, now)
+            holders[key] = chain_id if existing is None else existing
+        return holders
+
+    async def _take_dedup_key(
+        self, conn: AsyncConnection, chain: NewChain, chain_id: str, now: datetime
+    ) -> str | None:
+        """Make ``chain_id`` the holder of the chain's dedup key, or return the id of
+        the existing chain that deduplicates it."""
+        type_name, key = chain.job.type_name, chain.dedup_key
+        assert key is not None
+        row_values = {"type_name": type_name, "dedup_key": key, "chain_id": chain_id}
+        for _ in range(_DEDUP_ATTEMPTS):
+            taken = await conn.execute(
+                self._sql.insert_dedup_key(), {**row_values, "created_at": now}
+            )
+            if taken.first() is not None:
+                return None
+            # Someone holds the key. A statement of its own sees the holder even
+            # when its transaction committed while our INSERT waited for it.
+            holder = (await conn.execute(self._sql.read_dedup_key(type_name, key))).first()
+            if holder is None:
+                continue  # the holder was deleted meanwhile: try to insert again
+            if holder.existing_id is not None and _deduplicates(chain, holder, now):
+                return str(holder.chain_id)
+            moved = await conn.execute(
+                self._sql.move_dedup_key(type_name, key, holder.chain_id, chain_id, now)
+            )
+            if moved.first() is not None:
+                return None
+        raise RuntimeError(f"dedup key {key!r} kept changing hands; giving up")
+
+    # -- acquisition and leases --------------------------------------------------------
+
+    async def acquire(
+        self,
+        type_names: Sequence[str],
+        *,
+        worker_id: str,
+        lease_seconds: float,
+        limit: int = 1,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` of the best eligible pending jobs of these types
+        (priority, then scheduled_at, then id) in one statement; never hands one
+        job to two callers. Each claim increments ``attempt`` and gets a fresh
+        ``lease_token``."""
+        types = _check_type_names(type_names)
+        _check_worker_id(worker_id)
+        _check_positive(lease_seconds, "lease_seconds")
+        if not types or limit < 1:
+            return []
+        now = _now()
+        params = {
+            "type_names": types,
+            "now": now,
+            "limit": int(limit),
+            "b_worker_id": worker_id,
+            "b_leased_until": now + timedelta(seconds=lease_seconds),
+        }
+        async with self._single_writer.begin() as conn:
+            rows = (await conn.execute(self._sql.claim, params)).mappings().all()
+        jobs = [_job_record(row) for row in rows]
+        jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
+        return jobs
+
+    async def next_due_at(self, type_names: Sequence[str]) -> datetime | None:
+        """Earliest ``scheduled_at`` of a pending job of these types (possibly in the past)."""
+        types = _check_type_names(type_names)
+        if not types:
+            return None
+        async with self._reader.connect() as conn:
+            result: datetime | None = await conn.scalar(
+                self._sql.next_due_at, {"type_names": types}
+            )
+        return result
+
+    async def renew_lease(self, job_id: str, lease_token: str, lease_seconds: float) -> datetime:
+        """Extend the lease to now + ``lease_seconds``; returns the new ``leased_until``.
+        Raises ``JobOwnershipLostError`` for a stale token (nothing changed)."""
+        _check_positive(lease_seconds, "lease_seconds")
+        until = _now() + timedelta(seconds=lease_seconds)
+        params = {"job_id": job_id, "b_lease_token": lease_token, "b_leased_until": until}
+        async with self._single_writer.begin() as conn:
+            renewed = (await conn.execute(self._sql.renew_lease, params)).first()
+        if renewed is None:
+            raise _ownership_lost(job_id)
+        return until
+
+    async def set_progress(self, job_id: str, lease_token: str, progress: Any) -> None:
+        """Store progress (any JSON value); fenced by the lease token."""
+        _check_json(progress, "progress")
+        params = {"job_id": job_id, "b_lease_token": lease_token, "b_progress": progress}
+        async with self._single_writer.begin() as conn:
+            stored = (await conn.execute(self._sql.set_progress, params)).first()
+        if stored is None:
+            raise _ownership_lost(job_id)
+
+    # -- finishing jobs ----------------------------------------------------------------
+
+    async def complete_jobs(
+        self,
+        completions: Sequence[Completion],
+        *,
+        notes: NotificationBuffer,
+        session: CallerSession = None,
+    ) -> list[JobRecord | JobOwnershipLostError]:
+        """Complete several leased jobs in one transaction.
+
+        Per completion, in order: the completed job, or a ``JobOwnershipLostError``
+        when its lease token is stale (nothing changed for that job). A
+        ``continue_with`` creates the chain's next job; otherwise the chain
+        completes and the jobs blocked on it are unblocked, all in this transaction.
+        """
+        for completion in completions:
+            if completion.continue_with is not None:
+                _check_new_job(completion.continue_with.job)
+            else:
+                _check_json(completion.output, "output")
+        if not completions:
+            return []
+        return await self._write(session, notes, lambda c, n: self._complete(c, n, completions))
+
+    async def _complete(
+        self,
+        conn: AsyncConnection,
+        notes: NotificationBuffer,
+        completions: Sequence[Completion],
+    ) -> list[JobRecord | JobOwnershipLostError]:
+        now = _now()
+        first: dict[str, Completion] = {}
+        for completion in completions:
+            first.setdefault(completion.job_id, completion)
+        # The next job of every continued chain, created only if its
+        # predecessor's completion holds.
+        next_jobs = [
+            _next_job_row(c.continue_with.job, previous_id=c.job_id, now=now)
+            for c in first.values()
+            if c.continue_with is not None
+        ]
+        if self._postgres:
+            done, finalized = await self._complete_in_one_statement(conn, first, next_jobs, now)
+        else:
+            done, finalized = await self._complete_step_by_step(conn, first, next_jobs, now)
+        for row in next_jobs:
+            if row["previous_id"] in done:
+                notes.job_scheduled(row["type_name"])
+        await self._after_finalizing(conn, notes, finalized)
+        results: list[JobRecord | JobOwnershipLostError] = []
+        seen: set[str] = set()
+        for completion in completions:
+            record = done.get(completion.job_id)
+            if record is None or completion.job_id in seen:
+                results.append(_ownership_lost(completion.job_id))
+            else:
+                results.append(record)
+                seen.add(completion.job_id)
+        return results
+
+    async def _complete_in_one_statement(
+        self,
+        conn: AsyncConnection,
+        first: Mapping[str, Completion],
+        next_jobs: Sequence[Mapping[str, Any]],
+        now: datetime,
+    ) -> tuple[dict[str, JobRecord], list[tuple[str, bool]]]:
+        completions = [
+            (c.job_id, c.lease_token, None if c.continue_with else c.output, not c.continue_with)
+            for c in first.values()
+        ]
+        result = await conn.execute(
+            *self._sql.complete_in_one_statement(completions, next_jobs, now)
+        )
+        done: dict[str, JobRecord] = {}
+        finalized: list[tuple[str, bool]] = []
+        for row in result.mappings():
+            done[row["id"]] = _job_record(row)
+            if row["finalized_id"] is not None:
+                finalized.append((row["finalized_id"], bool(row["has_dependents"])))
+        return done, finalized
+
+    async def _complete_step_by_step(
+        self,
+        conn: AsyncConnection,
+        first: Mapping[str, Completion],
+        next_jobs: Sequence[Mapping[str, Any]],
+        now: datetime,
+    ) -> tuple[dict[str, JobRecord], list[tuple[str, bool]]]:
+        statement = self._sql.complete_leased(
+            {c.job_id: c.lease_token for c in first.values()},
+            {c.job_id: None if c.continue_with else c.output for c in first.values()},
+            now,
+        )
+        done = {row["id"]: _job_record(row) for row in (await conn.execute(statement)).mappings()}
+        rows = []
+        for next_job in next_jobs:
+            row = dict(next_job)
+            previous = done.get(row.pop("previous_id"))
+            if previous is not None:
+                row.update(chain_id=previous.chain_id, chain_index=previous.chain_index + 1)
+                rows.append(row)
+        if rows:
+            await conn.execute(self.tables.jobs.insert(), rows)
+        finishing = [
+            done[job_id].chain_id
+            for job_id, c in first.items()
+            if c.continue_with is None and job_id in done
+        ]
+        return done, await self._finalize(conn, finishing, now)
+
+    async def fail_job(
+        self,
+        job_id: str,
+        lease_token: str,
+        error: str,
+        *,
+        notes: NotificationBuffer,
+        retry_delay: float | None = None,
+    ) -> FailureOutcome:
+        """Record a failed attempt: back to pending after the backoff for this
+        attempt (or ``retry_delay`` seconds), or ``failed`` for good when
+        ``max_attempts`` is used up (the chain then fails). Fenced by the token."""
+        if retry_delay is not None:
+            _check_non_negative(retry_delay, "retry_delay")
+        return await self._write(
+            None, notes, lambda c, n: self._fail(c, n, job_id, lease_token, str(error), retry_delay)
+        )
+
+    async def _fail(
+        self,
+        conn: AsyncConnection,
+        notes: NotificationBuffer,
+        job_id: str,
+        lease_token: str,
+        error: str,
+        retry_delay: float | None,
+    ) -> FailureOutcome:
+        now = _now()
+        delays = (
+            [retry_delay]
+            if retry_delay is not None
+            else retry_delays(self.backoff_base, self.backoff_cap)
+        )
+        statement = self._sql.fail_leased(
+            job_id, lease_token, error, self._sql.retry_at(delays, now)
+        )
+        row = (await conn.execute(statement, {"now": now})).first()
+        if row is None:
+            raise _ownership_lost(job_id)
+        if row.status == "failed":
+            await self._finalize_chains(conn, notes, [row.chain_id], now)
+            return FailureOutcome("failed", None)
+        notes.job_scheduled(row.type_name)
+        return FailureOutcome("pending", row.scheduled_at)
+
+    async def reap_expired_leases(
+        self, type_names: Sequence[str] | None, *, notes: NotificationBuffer, limit: int = 100
+    ) -> list[str]:
+        """Return running jobs whose lease expired to pending (due now), or to
+        failed when their attempts are used up; each exactly once even with
+        overlapping reapers. Returns the reaped job ids."""
+        types = None if type_names is None else _check_type_names(type_names)
+        if types == [] or limit < 1:
+            return []
+        return await self._write(None, notes, lambda c, n: self._reap(c, n, types, limit))
+
+    async def _reap(
+        self,
+        conn: AsyncConnection,
+        notes: NotificationBuffer,
+        types: list[str] | None,
+        limit: int,
+    ) -> list[str]:
+        now = _now()
+        rows = (await conn.execute(*self._sql.reap_expired(types, limit, now))).all()
+        failed_chains = []
+        for row in rows:
+            notes.ownership_lost(row.id)
+            if row.status == "failed":
+                failed_chains.append(row.chain_id)
+            else:
+                notes.job_scheduled(row.type_name)
+        await self._finalize_chains(conn, notes, failed_chains, now)
+        if rows:
+            logger.info(
+                "reaped expired leases",
+                extra={"job_ids": [row.id for row in rows], "count": len(rows)},
+            )
+        return [row.id for row in rows]
+
+    async def _finalize_chains(
+        self,
+        conn: AsyncConnection,
+        notes: NotificationBuffer,
+        chain_ids: Sequence[str],
+        now: datetime,
+    ) -> None:
+        """Mark chains final (once) and unblock what waited on them."""
+        await self._after_finalizing(conn, notes, await self._finalize(conn, chain_ids, now))
+
+    async def _finalize(
+        self, conn: AsyncConnection, chain_ids: Sequence[str], now: datetime
+    ) -> list[tuple[str, bool]]:
+        """Mark chains final (once); (chain id, has dependents) of those that were not."""
+        if not chain_ids:
+            return []
+        rows = await conn.execute(*self._sql.finalize_chains(chain_ids, now))
+        return [(row.id, bool(row.has_dependents)) for row in rows]
+
+    async def _after_finalizing(
+        self,
+        conn: AsyncConnection,
+        notes: NotificationBuffer,
+        finalized: Sequence[tuple[str, bool]],
+    ) -> None:
+        """Announce newly final chains and release the jobs that waited on them.
+
+        Runs as a statement of its own after the chains were made final, so it
+        sees every blocked job committed while their rows were being locked.
+        """
+        for chain_id, _ in finalized:
+            notes.chain_completed(chain_id)
+        waited_on = [chain_id for chain_id, has_dependents in finalized if has_dependents]
+        if not waited_on:
+            return
+        for row in await conn.execute(*self._sql.unblock_dependents(waited_on)):
+            if row.status == "pending":
+                notes.job_scheduled(row.type_name)
+
+    # -- application-side chain actions ------------------------------------------------
+
+    async def cancel_chain(
+        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> ChainRecord:
+        """Cancel the chain's unfinished job (blocked, pending or running; a
+        running one's worker loses ownership). A final chain is returned as is."""
+        return await self._write(
+            session, notes, lambda c, n: self._finish_chain(c, n, chain_id, "cancelled", None)
+        )
+
+    async def complete_chain(
+        self,
+        chain_id: str,
+        output: Any,
+        *,
+        notes: NotificationBuffer,
+        session: CallerSession = None,
+    ) -> ChainRecord:
+        """Workerless completion: the chain's unfinished job completes with
+        ``output`` (a worker running it loses ownership). A final chain is
+        returned as is."""
+        _check_json(output, "output")
+        return await self._write(
+            session, notes, lambda c, n: self._finish_chain(c, n, chain_id, "completed", output)
+        )
+
+    async def _finish_chain(
+        self,
+        conn: AsyncConnection,
+        notes: NotificationBuffer,
+        chain_id: str,
+        status: str,
+        output: Any,
+    ) -> ChainRecord:
+        now = _now()
+        # Job rows first, then the chain row: the same lock order as a worker's
+        # completion of the same job.
+        unfinished = (await conn.execute(self._sql.lock_unfinished_jobs(chain_id))).all()
+        if unfinished:
+            await conn.execute(
+                self._sql.finish_jobs([row.id for row in unfinished], status, now, output)
+            )
+            for row in unfinished:
+                if row.status == "running":
+                    notes.ownership_lost(row.id)
+            await self._finalize_chains(conn, notes, [chain_id], now)
+        return await self._get_chain(conn, chain_id)
+
+    async def trigger_chain(
+        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> ChainRecord:
+        """Make the chain's pending job due now (skipping a delay or a retry backoff)."""
+        return await self._write(session, notes, lambda c, n: self._trigger(c, n, chain_id))
+
+    async def _trigger(
+        self, conn: AsyncConnection, notes: NotificationBuffer, chain_id: str
+    ) -> ChainRecord:
+        for row in await conn.execute(self._sql.trigger_pending(chain_id, _now())):
+            notes.job_scheduled(row.type_name)
+        return await self._get_chain(conn, chain_id)
+
+    async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
+        """Delete a chain, its jobs and its dedup key; raises ``ChainInUseError``
+        while jobs of other chains are blocked on it (nothing is deleted then)."""
+        await self._write(session, NotificationBuffer(), lambda c, _n: self._delete(c, chain_id))
+
+    async def _delete(self, conn: AsyncConnection, chain_id: str) -> None:
+        # The lock makes a concurrent start that blocks on this chain either
+        # finish first (and be seen below) or find the chain gone.
+        if (await conn.execute(self._sql.lock_chain(chain_id))).first() is None:
+            raise _chain_not_found(chain_id)
+        if await conn.scalar(self._sql.blocked_dependents_exist(chain_id)):
+            raise ChainInUseError(
+                f"chain {chain_id} cannot be deleted: jobs of other chains are blocked on it; "
+                "delete or cancel those chains first, or let this chain finish"
+            )
+        for statement in self._sql.delete_chain(chain_id):
+            await conn.execute(statement)
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def get_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """The chain as stored; raises ``ChainNotFoundError``."""
+        async with self._read(session) as conn:
+            return await self._get_chain(conn, chain_id)
+
+    async def _get_chain(self, conn: AsyncConnection, chain_id: str) -> ChainRecord:
+        row = (await conn.execute(self._sql.get_chain, {"chain_id": chain_id})).mappings().first()
+        if row is None:
+            raise _chain_not_found(chain_id)
+        return _chain_record(row)
+
+    async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
+        """The job as stored; raises ``JobNotFoundError``."""
+        async with self._read(session) as conn:
+            row = (await conn.execute(self._sql.get_job, {"job_id": job_id})).mappings().first()
+        if row is None:
+            raise JobNotFoundError(f"no job with id {job_id!r}")
+        return _job_record(row)
+
+    async def list_chains(
+        self,
+        *,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Chains newest first (ids are time-ordered), keyset-paginated by id."""
+        _check_status(status)
+        limit = _check_limit(limit)
+        statement = self._sql.list_chains(status, type_name, limit + 1, _check_id_cursor(after))
+        async with self._read(None) as conn:
+            rows = (await conn.execute(statement)).mappings().all()
+        items = [_chain_record(row) for row in rows[:limit]]
+        cursor = items[-1].id if len(rows) > limit else None
+        return Page(items, cursor)
+
+    async def list_jobs(
+        self,
+        *,
+        chain_id: str | None = None,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Jobs newest first; with ``chain_id``, that chain's jobs in chain order."""
+        _check_status(status)
+        limit = _check_limit(limit)
+        cursor = _check_index_cursor(after) if chain_id is not None else _check_id_cursor(after)
+        statement = self._sql.list_jobs(chain_id, status, type_name, limit + 1, cursor)
+        async with self._read(None) as conn:
+            rows = (await conn.execute(statement)).mappings().all()
+        items = [_job_record(row) for row in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = items[-1]
+            next_cursor = str(last.chain_index) if chain_id is not None else last.id
+        return Page(items, next_cursor)
+
+    async def count_jobs(self, *, type_names: Sequence[str] | None = None) -> Mapping[str, int]:
+        """Number of jobs per status (every status present, zero included)."""
+        types = None if type_names is None else _check_type_names(type_names)
+        counts: dict[str, int] = dict.fromkeys(ALL_STATUSES, 0)
+        async with self._read(None) as conn:
+            for status, count in await conn.execute(self._sql.count_jobs(types)):
+                counts[status] = int(count)
+        return counts
+
+    # -- transactions ------------------------------------------------------------------
+
+    async def _write(
+        self,
+        session: CallerSession,
+        notes: NotificationBuffer,
+        work: Callable[[AsyncConnection, NotificationBuffer], Awaitable[T]],
+    ) -> T:
+        """Run ``work`` in the caller's transaction, or in one of our own that is
+        committed (and retried on a deadlock) before returning. ``notes`` gets
+        the notifications only if the work succeeded."""
+        if session is not None:
+            staged = NotificationBuffer()
+            result = await work(await _caller_connection(session), staged)
+            notes.absorb(staged)
+            return result
+        attempt = 0
+        while True:
+            attempt += 1
+            staged = NotificationBuffer()
+            try:
+                async with self.engine.begin() as conn:
+                    result = await work(conn, staged)
+            except DBAPIError as exc:
+                if not dialects.is_retryable(exc) or attempt >= _MAX_TRANSACTION_RETRIES:
+                    raise
+                logger.info("transaction conflict; retrying", extra={"attempt": attempt})
+                await asyncio.sleep(0.005 * attempt)
+                continue
+            notes.absorb(staged)
+            return result
+
+    @asynccontextmanager
+    async def _read(self, session: CallerSession) -> Any:
+        if session is not None:
+            yield await _caller_connection(session)
+            return
+        async with self._reader.connect() as conn:
+            yield conn
+
+
+async def _caller_connection(session: AsyncSession | AsyncConnection) -> AsyncConnection:
+    if isinstance(session, AsyncSession):
+        return await session.connection()
+    if isinstance(session, AsyncConnection):
+        return session
+    raise InvalidInputError(
+        f"session must be an AsyncSession or AsyncConnection, got {type(session).__name__}"
+    )
+
+
+# -- records -----------------------------------------------------------------------------
+
+_JOB_FIELDS = tuple(JobRecord.__dataclass_fields__)
+
+
+def _job_record(row: RowMapping) -> JobRecord:
+    return JobRecord(*(row[name] for name in _JOB_FIELDS))
+
+
+def _chain_record(row: RowMapping) -> ChainRecord:
+    job = _job_record(row)
+    return ChainRecord(
+        id=job.chain_id,
+        type_name=row["chain_type_name"],
+        status=job.status,
+        output=job.output,
+        created_at=row["chain_created_at"],
+        completed_at=row["chain_completed_at"],
+        last_job=job,
+    )
+
+
+def _job_row(
+    job: NewJob,
+    *,
+    job_id: str,
+    chain_id: str,
+    chain_index: int,
+    now: datetime,
+    dedup_key: str | None,
+    blockers_pending: int,
+) -> dict[str, Any]:
+    scheduled_at = now if job.run_at is None or job.run_at < now else job.run_at
+    return {
+        "id": job_id,
+        "chain_id": chain_id,
+        "chain_index": chain_index,
+        "type_name": job.type_name,
+        "input": job.input,
+        "output": None,
+        "progress": None,
+        "status": "blocked" if blockers_pending else "pending",
+        "priority": job.priority,
+        "created_at": now,
+        "scheduled_at": scheduled_at,
+        "completed_at": None,
+        "attempt": 0,
+        "max_attempts": job.max_attempts,
+        "last_error": None,
+        "leased_by": None,
+        "lease_token": None,
+        "leased_until": None,
+        "deduplication_key": dedup_key,
+        "blockers_pending": blockers_pending,
+    }
+
+
+def _next_job_row(job: NewJob, *, previous_id: str, now: datetime) -> dict[str, Any]:
+    """The row of a chain's next job; its chain and index come from ``previous_id``'s
+    row, and it is written only if that job's completion holds."""
+    row = _job_row(
+        job,
+        job_id=new_id(),
+        chain_id="",
+        chain_index=0,
+        now=now,
+        dedup_key=None,
+        blockers_pending=0,
+    )
+    del row["chain_id"], row["chain_index"]
+    return {**row, "previous_id": previous_id}
+
+
+def _deduplicates(chain: NewChain, holder: Any, now: datetime) -> bool:
+    """Whether the chain holding the key answers this start instead of a new chain."""
+    if chain.dedup_scope == "incomplete" and holder.completed_at is not None:
+        return False
+    if chain.dedup_window is not None:
+        created: datetime = holder.created_at
+        return created >= now - timedelta(seconds=chain.dedup_window)
+    return True
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _ownership_lost(job_id: str) -> JobOwnershipLostError:
+    return JobOwnershipLostError(
+        f"job {job_id}: the lease token is stale (lease expired and reaped, job cancelled, "
+        "or completed elsewhere); nothing was written"
+    )
+
+
+def _chain_not_found(chain_id: str) -> ChainNotFoundError:
+    return ChainNotFoundError(f"no chain with id {chain_id!r}")
+
+
+# -- validation (before any write) -------------------------------------------------------
+
+
+def _check_json(value: Any, what: str) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(
+            f"{what} must be JSON-serializable (dict, list, str, int, float, bool, None): {exc}"
+        ) from None
+
+
+def _check_type_name(type_name: Any) -> str:
+    if not isinstance(type_name, str) or not type_name.strip():
+        raise InvalidInputError(f"type_name must be a non-empty string, got {type_name!r}")
+    if len(type_name) > TYPE_NAME_LENGTH:
+        raise InvalidInputError(
+            f"type_name is {len(type_name)} characters long; the limit is {TYPE_NAME_LENGTH}"
+        )
+    return type_name
+
+
+def _check_type_names(type_names: Sequence[str]) -> list[str]:
+    if isinstance(type_names, str):
+        raise InvalidInputError("type_names must be a sequence of type names, not one string")
+    return [_check_type_name(name) for name in dict.fromkeys(type_names)]
+
+
+def _check_new_job(job: NewJob) -> None:
+    if not isinstance(job, NewJob):
+        raise InvalidInputError(f"expected a NewJob, got {type(job).__name__}")
+    _check_type_name(job.type_name)
+    _check_json(job.input, "input")
+    if isinstance(job.priority, bool) or not isinstance(job.priority, int):
+        raise InvalidInputError(f"priority must be an int (lower runs first), got {job.priority!r}")
+    if job.max_attempts is not None and (
+        isinstance(job.max_attempts, bool)
+        or not isinstance(job.max_attempts, int)
+        or job.max_attempts < 1
+    ):
+        raise InvalidInputError(
+            f"max_attempts must be None or an int >= 1, got {job.max_attempts!r}"
+        )
+    if job.run_at is not None and (
+        not isinstance(job.run_at, datetime) or job.run_at.utcoffset() is None
+    ):
+        raise InvalidInputError("run_at must be a timezone-aware datetime (or None for now)")
+
+
+def _check_new_chain(chain: NewChain) -> None:
+    if not isinstance(chain, NewChain):
+        raise InvalidInputError(f"expected a NewChain, got {type(chain).__name__}")
+    _check_new_job(chain.job)
+    key = chain.dedup_key
+    if key is not None:
+        if not isinstance(key, str) or not key:
+            raise InvalidInputError(f"dedup_key must be None or a non-empty string, got {key!r}")
+        if len(key) > DEDUP_KEY_LENGTH:
+            raise InvalidInputError(
+                f"dedup_key is {len(key)} characters long; the limit is {DEDUP_KEY_LENGTH}"
+            )
+    if chain.dedup_scope not in ("incomplete", "ever"):
+        raise InvalidInputError(
+            f"dedup_scope must be 'incomplete' or 'ever', got {chain.dedup_scope!r}"
+        )
+    if chain.dedup_window is not None:
+        _check_positive(chain.dedup_window, "dedup_window")
+    if isinstance(chain.blockers, str):
+        raise InvalidInputError("blockers must be a sequence of chain ids, not one string")
+    for blocker in chain.blockers:
+        if not isinstance(blocker, str) or not blocker:
+            raise InvalidInputError(f"every blocker must be a chain id string, got {blocker!r}")
+
+
+def _check_worker_id(worker_id: Any) -> None:
+    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > WORKER_ID_LENGTH:
+        raise InvalidInputError(
+            f"worker_id must be a non-empty string of at most {WORKER_ID_LENGTH} characters"
+        )
+
+
+def _check_number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise InvalidInputError(f"{what} must be a number of seconds, got {value!r}")
+    if value in (float("inf"), float("-inf")):
+        raise InvalidInputError(f"{what} must be finite, got {value!r}")
+    return float(value)
+
+
+def _check_positive(value: Any, what: str) -> None:
+    if _check_number(value, what) <= 0:
+        raise InvalidInputError(f"{what} must be > 0, got {value!r}")
+
+
+def _check_non_negative(value: Any, what: str) -> None:
+    if _check_number(value, what) < 0:
+        raise InvalidInputError(f"{what} must be >= 0, got {value!r}")
+
+
+def _check_status(status: Any) -> None:
+    if status is not None and status not in ALL_STATUSES:
+        raise InvalidInputError(f"status must be one of {ALL_STATUSES}, got {status!r}")
+
+
+def _check_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidInputError(f"limit must be an int from 1 to {MAX_PAGE_SIZE}, got {limit!r}")
+    return limit
+
+
+def _check_id_cursor(after: Any) -> str | None:
+    if after is None:
+        return None
+    if not isinstance(after, str) or len(after) != 32:
+        raise InvalidInputError(f"after must be a next_cursor from a previous page, got {after!r}")
+    return after
+
+
+def _check_index_cursor(after: Any) -> str | None:
+    if after is None:
+        return None
+    if not isinstance(after, str) or not after.isdigit():
+        raise InvalidInputError(f"after must be a next_cursor from a previous page, got {after!r}")
+    return after

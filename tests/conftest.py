@@ -1,0 +1,55 @@
+"""Shared fixtures: service URLs (session scope) and private servers (function scope)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.redis_cluster import LocalRedisCluster, local_redis_cluster
+from tests.services import OwnServer, own_nats_server, own_redis_server, provide_service
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    with provide_service("redis") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    with provide_service("postgres") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> Iterator[str]:
+    with provide_service("nats") as url:
+        yield url
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A prefix of this test's own, so tests never see each other's keys or channels."""
+    return f"qt{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[OwnServer]:
+    """A redis-server only this test uses; it may be killed and restarted."""
+    yield from own_redis_server(tmp_path)
+
+
+@pytest.fixture
+def private_nats(tmp_path: Path) -> Iterator[OwnServer]:
+    """A nats-server (JetStream) only this test uses; it may be killed and restarted."""
+    yield from own_nats_server(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:
+    """A local Redis Cluster (3 masters + 3 replicas) of this test module's own; tests
+    may kill, restart and reshard it, and leave it settled for the next test."""
+    yield from local_redis_cluster(tmp_path_factory.mktemp("redis-cluster"))

@@ -1,0 +1,79 @@
+"""A user application for tests that run workers in their own processes:
+``python -m queuert_notify.cli worker tests.e2e_app:build_worker``.
+
+Configured through the environment (``QT_*``). Its ``effect`` handler records one row
+per run in an application table through ``ctx.session`` (atomic mode), so the row
+commits exactly when the job's completion does: counting rows per job proves
+exactly-once completion across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from sqlalchemy import Column, MetaData, String, Table, insert
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from queuert_notify.client import Client
+from queuert_notify.jobs import Job, JobContext
+from queuert_notify.notify.protocol import NotifyAdapter
+from queuert_notify.worker import Worker
+
+
+def effects_table(table_prefix: str) -> Table:
+    """One row per committed run of an ``effect`` job."""
+    return Table(
+        f"{table_prefix}effects",
+        MetaData(),
+        Column("job_id", String(64), nullable=False),
+        Column("worker_id", String(64), nullable=False),
+    )
+
+
+def _notify() -> NotifyAdapter:
+    redis_url = os.environ.get("QT_REDIS_URL")
+    if redis_url:
+        from queuert_notify.notify.redis import RedisNotifyAdapter
+
+        adapter: NotifyAdapter = RedisNotifyAdapter(
+            url=redis_url, prefix=os.environ["QT_REDIS_PREFIX"]
+        )
+        return adapter
+    from queuert_notify.notify.noop import NoopNotifyAdapter
+
+    return NoopNotifyAdapter()
+
+
+def build_worker() -> Worker:
+    from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+
+    table_prefix = os.environ["QT_TABLE_PREFIX"]
+    worker_id = os.environ.get("QT_WORKER_ID", f"proc-{os.getpid()}")
+    concurrency = int(os.environ.get("QT_CONCURRENCY", "8"))
+    # Atomic handlers hold a connection each, plus the claim loop and renewals.
+    engine = create_async_engine(os.environ["QT_DATABASE_URL"], pool_size=concurrency + 4)
+    effects = effects_table(table_prefix)
+    client = Client(
+        state=SqlAlchemyStateAdapter(engine, table_prefix=table_prefix), notify=_notify()
+    )
+
+    async def effect(job: Job, ctx: JobContext) -> dict[str, Any]:
+        # Sleep before writing: on SQLite a write holds the single write lock until the
+        # completion commits, and a process killed mid-sleep must hold nothing.
+        if job.attempt == 1:
+            await asyncio.sleep(float((job.input or {}).get("first_attempt_sleep", 0)))
+        await ctx.session.execute(insert(effects).values(job_id=job.id, worker_id=worker_id))
+        return {"worker": worker_id}
+
+    return Worker(
+        client,
+        {"effect": effect},
+        worker_id=worker_id,
+        mode="atomic",
+        concurrency=concurrency,
+        lease=float(os.environ.get("QT_LEASE", "60")),
+        poll_interval=float(os.environ.get("QT_POLL", "60")),
+        reap_interval=float(os.environ.get("QT_REAP", "1")),
+    )

@@ -1,0 +1,80 @@
+"""Fixtures for client, worker and end-to-end tests: a real database and a real notify
+adapter per test, each with names of the test's own, cleaned up afterwards.
+
+``state_kind`` (sqlite | postgres) and ``notify_kind`` (noop | in_process | redis)
+default to sqlite + in_process; a module parametrizes them indirectly to run a matrix.
+A module uses them with ``pytest_plugins = ["tests.queue_fixtures"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from queuert_notify.client import Client
+from queuert_notify.notify.protocol import NotifyAdapter
+from tests.queue_helpers import delete_redis_keys, drop_tables, make_notify
+
+
+@pytest.fixture
+def state_kind(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture
+def notify_kind(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "in_process"))
+
+
+@pytest.fixture
+def database_url(state_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if state_kind == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path}/jobs.db"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def table_prefix(prefix: str) -> str:
+    return f"{prefix}_"
+
+
+@pytest.fixture
+async def engine(database_url: str, table_prefix: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(database_url)
+    try:
+        yield engine
+    finally:
+        await drop_tables(engine, table_prefix)
+        await engine.dispose()
+
+
+@pytest.fixture
+async def state(engine: AsyncEngine, table_prefix: str) -> Any:
+    from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+
+    adapter = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
+    await adapter.migrate()
+    return adapter
+
+
+@pytest.fixture
+async def notify(
+    notify_kind: str, request: pytest.FixtureRequest, prefix: str
+) -> AsyncIterator[NotifyAdapter]:
+    adapter = make_notify(notify_kind, request, prefix)
+    try:
+        yield adapter
+    finally:
+        await adapter.close()
+        if notify_kind == "redis":
+            await delete_redis_keys(request.getfixturevalue("redis_url"), prefix)
+
+
+@pytest.fixture
+async def client(state: Any, notify: NotifyAdapter) -> AsyncIterator[Client]:
+    async with Client(state=state, notify=notify) as client:
+        yield client

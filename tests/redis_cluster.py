@@ -1,0 +1,322 @@
+"""A real Redis Cluster on loopback ports, started by the tests themselves (no Docker).
+
+Six ``redis-server --cluster-enabled yes`` processes (three masters, one
+replica each) joined with ``redis-cli --cluster create``. Every node has its own
+directory, client port and cluster-bus port, all picked free on 127.0.0.1, so
+the shared Redis on 6379 is never touched. Tests may kill and restart nodes,
+fail masters over to their replicas and move slots; each such helper returns
+only when every live node reports ``cluster_state:ok`` and agrees on the slot
+map, so the next step starts from a settled cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from redis import Redis
+from redis.crc import key_slot
+from redis.exceptions import RedisError
+
+from tests.services import _wait_for_port, free_port
+
+NODE_TIMEOUT_MS = 1000  # failure detection; a failover takes about two of these
+_SETTLE_TIMEOUT = 30.0
+_POLL = 0.05  # interval of the settle loops; a cluster has no event to wait on
+
+
+@dataclass
+class ClusterNode:
+    """One redis-server process of the cluster; it keeps its port and config across restarts."""
+
+    port: int
+    bus_port: int
+    workdir: Path
+    password: str | None = None
+    process: subprocess.Popen[bytes] | None = None
+    paused: bool = False  # SIGSTOPped: its sockets stay open, it answers nothing
+
+    @property
+    def answering(self) -> bool:
+        return self.alive and not self.paused
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        argv = [
+            "redis-server",
+            "--port", str(self.port),
+            "--cluster-port", str(self.bus_port),
+            "--bind", "127.0.0.1",
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", f"nodes-{self.port}.conf",
+            "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+            "--save", "",
+            "--appendonly", "no",
+            "--repl-diskless-sync-delay", "0",  # replicas sync at once, not after 5 s
+            # A replica counts as available (CLUSTER SLOTS) once its offset moved: the
+            # master's replication PING moves it, every 10 s by default.
+            "--repl-ping-replica-period", "1",
+        ]  # fmt: skip
+        if self.password is not None:
+            argv += ["--requirepass", self.password, "--masterauth", self.password]
+        with (self.workdir / "server.log").open("ab") as log:  # the child keeps its own copy
+            self.process = subprocess.Popen(argv, cwd=self.workdir, stdout=log, stderr=log)
+        _wait_for_port(self.port)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+        self.paused = False
+
+    def pause(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def client(self) -> Redis:
+        return Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=2.0)
+
+
+@dataclass
+class LocalRedisCluster:
+    """Three masters with one replica each, on free loopback ports."""
+
+    workdir: Path
+    password: str | None = None  # every node requires it (clients and replication)
+    nodes: list[ClusterNode] = field(default_factory=list)
+
+    @property
+    def ports(self) -> list[int]:
+        return [node.port for node in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """A ``redis://`` URL of one live node: enough for a cluster client to find the rest."""
+        auth = f":{self.password}@" if self.password is not None else ""
+        return f"redis://{auth}{self.live_nodes()[0].address}"
+
+    def start(self) -> None:
+        for index in range(6):
+            workdir = self.workdir / f"node{index}"
+            workdir.mkdir(parents=True)
+            node = ClusterNode(free_port(), free_port(), workdir, self.password)
+            self.nodes.append(node)
+            node.start()
+        create = ["redis-cli", "--cluster", "create", *(node.address for node in self.nodes)]
+        auth = ["-a", self.password, "--no-auth-warning"] if self.password is not None else []
+        subprocess.run(
+            [*create, "--cluster-replicas", "1", "--cluster-yes", *auth],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        self.wait_settled()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.kill()
+
+    def node(self, port: int) -> ClusterNode:
+        return next(node for node in self.nodes if node.port == port)
+
+    def live_nodes(self) -> list[ClusterNode]:
+        """Nodes that run and answer (neither killed nor paused)."""
+        return [node for node in self.nodes if node.answering]
+
+    # -- topology ------------------------------------------------------------
+
+    def slot_owner(self, slot: int) -> int:
+        """The port of the master serving ``slot``, as a live node reports it."""
+        for start, end, master, *_ in self._cluster_slots():
+            if int(start) <= slot <= int(end):
+                return int(master[1])
+        raise LookupError(f"slot {slot} is not served by any node")
+
+    def owner_of(self, name: str) -> int:
+        """The port of the master serving the slot of key or shard channel ``name``."""
+        return self.slot_owner(key_slot(name.encode()))
+
+    def masters(self) -> list[int]:
+        """Ports of the masters that serve at least one slot."""
+        return sorted({int(entry[2][1]) for entry in self._cluster_slots()})
+
+    def replica_of(self, master_port: int) -> int:
+        for _, _, master, *replicas in self._cluster_slots():
+            if int(master[1]) == master_port and replicas:
+                return int(replicas[0][1])
+        raise LookupError(f"master {master_port} has no replica")
+
+    def _cluster_slots(self) -> list[list[object]]:
+        for node in self.live_nodes():
+            with suppress(RedisError), node.client() as client:
+                return list(client.execute_command("CLUSTER SLOTS"))
+        raise RuntimeError("no live cluster node answers CLUSTER SLOTS")
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every key under ``{prefix}:`` on every master (never FLUSHALL)."""
+        for port in self.masters():
+            with self.node(port).client() as client:
+                keys = list(client.scan_iter(match=f"{prefix}:*", count=500))
+                for key in keys:  # one by one: the keys of a master span many slots
+                    client.delete(key)
+
+    def command_calls(self, port: int) -> dict[str, int]:
+        """How often node ``port`` ran each command (INFO commandstats)."""
+        with self.node(port).client() as client:
+            stats = client.info("commandstats")
+        return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+    def shard_subscriber_connections(self, port: int) -> int:
+        """Client connections of node ``port`` subscribed to at least one shard channel."""
+        with self.node(port).client() as client:
+            return sum(1 for entry in client.client_list() if int(entry.get("ssub", 0)) > 0)
+
+    # -- faults ------------------------------------------------------------------
+
+    def kill(self, port: int) -> None:
+        """SIGKILL node ``port`` (the cluster notices within about ``NODE_TIMEOUT_MS``)."""
+        self.node(port).kill()
+
+    def pause(self, port: int) -> None:
+        """SIGSTOP node ``port``: like a network partition, its connections stay open
+        but nothing answers; the cluster fails it over like a dead node."""
+        self.node(port).pause()
+
+    def resume(self, port: int) -> None:
+        """SIGCONT a paused node and wait until it rejoined (a former master as replica)."""
+        self.node(port).resume()
+        self.wait_settled()
+
+    def kill_master_and_wait_for_failover(self, port: int) -> int:
+        """SIGKILL master ``port``; return the port of the replica that took over its slots."""
+        replica = self.replica_of(port)
+        self.kill(port)
+        return self.wait_for_failover(port, replica)
+
+    def wait_for_failover(self, dead_master: int, replica: int) -> int:
+        """Wait until ``replica`` serves the slots of ``dead_master`` and the cluster settled."""
+        deadline = time.monotonic() + _SETTLE_TIMEOUT
+        while dead_master in self._masters_seen_by_all() and time.monotonic() < deadline:
+            time.sleep(_POLL)
+        self.wait_settled()
+        assert replica in self.masters(), f"replica {replica} did not take over from {dead_master}"
+        return replica
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again with its config: it rejoins (a former master as replica)."""
+        node = self.node(port)
+        node.kill()
+        node.start()
+        self.wait_settled()
+
+    def move_slot(self, slot: int, to_port: int) -> None:
+        """Move ``slot`` (and its keys) to master ``to_port`` the way ``redis-cli`` reshards:
+        IMPORTING/MIGRATING, MIGRATE of every key, then SETSLOT NODE on every master."""
+        from_port = self.slot_owner(slot)
+        if from_port == to_port:
+            return
+        source, target = self.node(from_port).client(), self.node(to_port).client()
+        with source, target:
+            source_id = source.execute_command("CLUSTER MYID").decode()
+            target_id = target.execute_command("CLUSTER MYID").decode()
+            target.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
+            source.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
+            while keys := source.execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+                auth = ["AUTH", self.password] if self.password is not None else []
+                source.execute_command(
+                    "MIGRATE", "127.0.0.1", to_port, "", 0, 5000, *auth, "KEYS", *keys
+                )
+            # Target first, then source, then the other masters: the documented order.
+            target.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+            source.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+            for port in self.masters():
+                if port not in (from_port, to_port):
+                    with self.node(port).client() as other:
+                        other.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+        self.wait_settled()
+
+    # -- settling ----------------------------------------------------------------
+
+    def wait_settled(self) -> None:
+        """Return once every live node says ``cluster_state:ok``, all agree on who
+        serves which slot, and every live replica has synced with its master."""
+        deadline = time.monotonic() + _SETTLE_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._settled():
+                return
+            time.sleep(_POLL)
+        raise RuntimeError(f"the local Redis Cluster did not settle in {_SETTLE_TIMEOUT}s")
+
+    def _settled(self) -> bool:
+        views: list[list[tuple[int, ...]]] = []
+        for node in self.live_nodes():
+            try:
+                with node.client() as client:
+                    info = client.execute_command("CLUSTER INFO")  # parsed into a dict
+                    if info.get("cluster_state") != "ok":
+                        return False
+                    slots = client.execute_command("CLUSTER SLOTS")
+            except RedisError:
+                return False
+            # CLUSTER SLOTS lists a replica only once it has synced with its master.
+            views.append(sorted(tuple(int(n[1]) for n in nodes) for _, _, *nodes in slots))
+        listed = {port for view in views[:1] for entry in view for port in entry}
+        every_live_node_serves = listed == {node.port for node in self.live_nodes()}
+        return every_live_node_serves and all(view == views[0] for view in views)
+
+    def _masters_seen_by_all(self) -> set[int]:
+        seen: set[int] = set()
+        for node in self.live_nodes():
+            with suppress(RedisError), node.client() as client:
+                seen |= {int(entry[2][1]) for entry in client.execute_command("CLUSTER SLOTS")}
+        return seen
+
+
+def local_redis_cluster(workdir: Path, password: str | None = None) -> Iterator[LocalRedisCluster]:
+    """Start a local cluster in ``workdir``; skip (fail under CI=true) when the Redis
+    binaries are missing; kill every node afterwards."""
+    missing = [binary for binary in ("redis-server", "redis-cli") if shutil.which(binary) is None]
+    reason = None
+    if missing:
+        reason = f"{', '.join(missing)} not installed; the Redis Cluster tests start their own"
+    elif (version := _server_version()) < (7, 0):
+        reason = f"redis-server {version} has no sharded Pub/Sub; Redis Cluster tests need 7.0+"
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    cluster = LocalRedisCluster(workdir, password)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _server_version() -> tuple[int, ...]:
+    out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=True)
+    match = re.search(r"v=(\d+)\.(\d+)", out.stdout)
+    return tuple(int(part) for part in match.groups()) if match else (0, 0)

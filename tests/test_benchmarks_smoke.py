@@ -1,0 +1,191 @@
+"""A tiny run of every benchmark, so none of them can rot; the real runs are in
+docs/benchmarks.md. Figures are not asserted here: only that each benchmark
+completes against the real services and reports what it promises."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from benchmarks import runner
+from benchmarks.cli import run_benchmark
+
+
+async def test_alternate_rotates_which_variant_runs_first() -> None:
+    order: list[str] = []
+
+    def variant(name: str) -> runner.Variant:
+        async def one_round() -> runner.Figures:
+            order.append(name)
+            return {"value": float(len(order))}
+
+        return runner.Variant(name, one_round)
+
+    results = await runner.alternate([variant("a"), variant("b"), variant("c")], 3, warmup=0)
+
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert results.medians("a") == {"value": 6.0}
+    # b ran 2nd, 4th, 9th and a 1st, 6th, 8th: ratios 2, 2/3, 9/8.
+    assert results.ratio("b", "a") == {"value": pytest.approx(9 / 8)}
+
+
+def test_percentiles_use_nearest_rank_in_milliseconds() -> None:
+    samples = [index / 1000 for index in range(1, 101)]  # 1 ms .. 100 ms
+
+    figures = runner.percentiles(samples)
+
+    assert figures == {
+        "p50 ms": pytest.approx(50),
+        "p90 ms": pytest.approx(90),
+        "p99 ms": pytest.approx(99),
+        "max ms": pytest.approx(100),
+    }
+
+
+async def test_notify_overhead_reports_both_sides_their_ratio_and_listener_memory(
+    redis_url: str,
+) -> None:
+    report = await run_benchmark(
+        [
+            "notify-overhead",
+            "--rounds=1",
+            "--samples=20",
+            "--messages=200",
+            "--listeners=200",
+            f"--redis-url={redis_url}",
+        ]
+    )
+
+    for row in ("| RedisNotifyAdapter |", "| bare redis-py |", "| ratio adapter / bare |"):
+        assert row in report
+    assert "| InProcessNotifyAdapter |" in report
+    assert "bytes per listener" in report
+
+
+async def test_wake_hints_reports_every_call_against_a_bare_round_trip(redis_url: str) -> None:
+    report = await run_benchmark(
+        ["wake-hints", "--rounds=1", "--calls=50", f"--redis-url={redis_url}"]
+    )
+
+    assert "| consume_wake_hint (budget left) |" in report
+    assert "| bare redis-py PING |" in report
+
+
+def _services(redis_url: str, postgres_url: str) -> list[str]:
+    return [f"--redis-url={redis_url}", f"--postgres-url={postgres_url}"]
+
+
+async def test_start_reports_one_per_tx_and_batched_rates_per_combination(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "start",
+            "--rounds=1",
+            "--chains=5",
+            "--batches=1",
+            "--state=postgres,sqlite",
+            "--notify=redis",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    assert "| Postgres + Redis |" in report
+    assert "| SQLite + Redis |" in report
+    assert "100/tx chains/s" in report
+
+
+async def test_drain_reports_jobs_per_second_for_both_worker_modes(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "drain",
+            "--rounds=1",
+            "--jobs=30",
+            "--state=sqlite",
+            "--notify=in-process",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    assert "| SQLite + in-process, atomic, 30 jobs |" in report
+    assert "| SQLite + in-process, staged, 30 jobs |" in report
+
+
+async def test_steady_state_reports_rates_latency_and_backlog(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "steady",
+            "--rounds=1",
+            "--duration=1",
+            "--rate=30",
+            "--state=postgres",
+            "--notify=redis",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    assert "| Postgres + Redis |" in report
+    assert "backlog at end" in report
+
+
+async def test_wake_latency_reports_percentiles_with_and_without_notifications(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "wake-latency",
+            "--rounds=1",
+            "--samples=5",
+            "--noop-samples=2",
+            "--noop-poll-interval=0.2",
+            "--state=sqlite",
+            "--notify=noop,in-process",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    assert "| SQLite + noop (poll 0.2 s) |" in report
+    assert "| SQLite + in-process |" in report
+    assert "p99 ms" in report
+
+
+async def test_herd_counts_claims_and_the_workers_that_made_them(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "herd",
+            "--rounds=1",
+            "--workers=4",
+            "--jobs=2",
+            "--settle=0.1",
+            "--state=postgres",
+            "--notify=redis",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    assert "| Postgres + Redis |" in report
+    assert "workers that claimed" in report
+
+
+async def test_redis_cost_counts_round_trips_on_a_private_server(postgres_url: str) -> None:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-cost starts its own redis-server, which is not installed")
+    report = await run_benchmark(
+        [
+            "redis-cost",
+            "--rounds=1",
+            "--drain-jobs=5",
+            "--state=sqlite",
+            f"--postgres-url={postgres_url}",
+        ]
+    )
+
+    assert "| own tx, 3 chains of 3 types |" in report
+    assert "EVALSHA" in report

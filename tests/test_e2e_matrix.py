@@ -1,0 +1,101 @@
+"""The queue end to end on every state adapter x notify adapter pair."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from queuert_notify.client import ChainSpec, Client
+from queuert_notify.events import WorkerEvent
+from queuert_notify.jobs import Job, JobContext
+from queuert_notify.worker import Worker
+from tests.queue_helpers import NOTIFY_KINDS, STATE_KINDS, other_tasks
+
+pytestmark = [
+    pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True),
+    pytest.mark.parametrize("notify_kind", NOTIFY_KINDS, indirect=True),
+]
+
+pytest_plugins = ["tests.queue_fixtures"]
+
+
+def _poll_interval(notify_kind: str) -> float:
+    # Without notifications only the poll finds work; with them, a long poll proves
+    # the notifications do.
+    return 0.2 if notify_kind == "noop" else 60.0
+
+
+async def test_chains_with_continuations_and_blockers_complete(
+    client: Client, notify_kind: str
+) -> None:
+    seen_blockers: list[str] = []
+
+    async def step1(job: Job, ctx: JobContext) -> Any:
+        return ctx.continue_with("step2", {"n": job.input["n"], "trail": ["step1"]})
+
+    async def step2(job: Job, ctx: JobContext) -> Any:
+        return ctx.continue_with("step3", {**job.input, "trail": [*job.input["trail"], "step2"]})
+
+    async def step3(job: Job, ctx: JobContext) -> Any:
+        return {"n": job.input["n"], "trail": [*job.input["trail"], "step3"]}
+
+    async def summary(job: Job, ctx: JobContext) -> Any:
+        for chain_id in job.input["blockers"]:
+            seen_blockers.append((await client.get_chain(chain_id)).status)
+        return {"summarized": len(job.input["blockers"])}
+
+    chains = await client.start_chains([ChainSpec("step1", {"n": n}) for n in range(20)])
+    blocker_ids = [chain.id for chain in chains[:5]]
+    blocked = await client.start_chain("summary", {"blockers": blocker_ids}, blockers=blocker_ids)
+    assert (await client.get_chain(blocked.id)).status == "blocked"
+
+    handlers = {"step1": step1, "step2": step2, "step3": step3, "summary": summary}
+    async with (
+        Worker(client, handlers, concurrency=4, poll_interval=_poll_interval(notify_kind)),
+        Worker(client, handlers, concurrency=4, poll_interval=_poll_interval(notify_kind)),
+    ):
+        for n, chain in enumerate(chains):
+            done = await client.await_chain(chain.id, timeout=30, poll_interval=0.5)
+            assert done.status == "completed"
+            assert done.output == {"n": n, "trail": ["step1", "step2", "step3"]}
+            assert done.last_job.chain_index == 2
+        done = await client.await_chain(blocked.id, timeout=30, poll_interval=0.5)
+        assert done.output == {"summarized": 5}
+        assert seen_blockers == ["completed"] * 5
+
+        # A blocker that has already completed does not hold anything back.
+        late = await client.start_chain(
+            "summary", {"blockers": blocker_ids[:1]}, blockers=blocker_ids[:1]
+        )
+        done = await client.await_chain(late.id, timeout=30, poll_interval=0.5)
+        assert done.output == {"summarized": 1}
+    await client.close()
+    assert other_tasks() == set()
+
+
+async def test_failing_handler_is_retried_then_fails_after_max_attempts(
+    client: Client, notify_kind: str
+) -> None:
+    events: list[WorkerEvent] = []
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        raise RuntimeError(f"attempt {job.attempt} failed")
+
+    chain = await client.start_chain("doomed", {"x": 1}, max_attempts=3)
+    async with Worker(
+        client,
+        {"doomed": handler},
+        poll_interval=_poll_interval(notify_kind),
+        retry_backoff=lambda attempt: 0.05,
+        on_event=events.append,
+    ):
+        done = await client.await_chain(chain.id, timeout=30, poll_interval=0.5)
+        await asyncio.sleep(0.05)
+    assert done.status == "failed"
+    assert done.last_job.attempt == 3
+    assert "attempt 3 failed" in (done.last_job.last_error or "")
+    kinds = [e.kind for e in events]
+    assert kinds.count("started") == 3
+    assert [k for k in kinds if k in ("retried", "failed")] == ["retried", "retried", "failed"]

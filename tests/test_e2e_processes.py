@@ -1,0 +1,160 @@
+"""Workers in separate processes (started through the CLI): crashes lose nothing and
+every job completes exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from queuert_notify.client import ChainSpec, Client
+from tests.e2e_app import effects_table
+from tests.queue_helpers import wait_until
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytest_plugins = ["tests.queue_fixtures"]
+
+
+class WorkerProcesses:
+    """Worker processes this test started; every one is killed at teardown."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, worker_id: str, **settings: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, **self.env, "QT_WORKER_ID": worker_id, **settings}
+        log = (self.log_dir / f"{worker_id}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "queuert_notify.cli", "worker", "tests.e2e_app:build_worker"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def log(self, worker_id: str) -> str:
+        return (self.log_dir / f"{worker_id}.log").read_text(errors="replace")
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+@pytest.fixture
+def workers(
+    database_url: str,
+    table_prefix: str,
+    notify_kind: str,
+    prefix: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+) -> Iterator[WorkerProcesses]:
+    env = {"QT_DATABASE_URL": database_url, "QT_TABLE_PREFIX": table_prefix}
+    if notify_kind == "redis":
+        env["QT_REDIS_URL"] = str(request.getfixturevalue("redis_url"))
+        env["QT_REDIS_PREFIX"] = prefix
+    procs = WorkerProcesses(env, tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.kill_all()
+
+
+@pytest.fixture
+async def effects(engine: AsyncEngine, table_prefix: str, state: Any) -> Any:
+    table = effects_table(table_prefix)
+    async with engine.begin() as conn:
+        await conn.run_sync(table.create)
+    return table
+
+
+async def _effect_counts(engine: AsyncEngine, effects: Any) -> tuple[int, int]:
+    async with engine.connect() as conn:
+        rows, distinct = (
+            await conn.execute(select(func.count(), func.count(func.distinct(effects.c.job_id))))
+        ).one()
+    return int(rows), int(distinct)
+
+
+@pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("notify_kind", ["noop", "redis"], indirect=True)
+async def test_sigkilled_worker_loses_nothing_and_the_job_completes_exactly_once(
+    client: Client, workers: WorkerProcesses, effects: Any, engine: AsyncEngine
+) -> None:
+    chain = await client.start_chain("effect", {"first_attempt_sleep": 60})
+    first = workers.start("first", QT_LEASE="2", QT_POLL="0.5")
+
+    async def claimed_by_first() -> bool:
+        job = await client.get_job(chain.id)
+        return job.status == "running" and job.leased_by == "first"
+
+    await wait_until(claimed_by_first, timeout=30, interval=0.1)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+
+    second = workers.start("second", QT_LEASE="2", QT_POLL="0.5", QT_REAP="0.5")
+    done = await client.await_chain(chain.id, timeout=30, poll_interval=0.2)
+    assert done.status == "completed", workers.log("second")
+    assert done.output == {"worker": "second"}
+    assert done.last_job.attempt == 2
+    assert await _effect_counts(engine, effects) == (1, 1)
+
+    # SIGTERM drains and exits cleanly.
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(15) == 0, workers.log("second")
+
+
+@pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
+@pytest.mark.parametrize("notify_kind", ["noop", "redis"], indirect=True)
+async def test_two_worker_processes_complete_5000_jobs_exactly_once(
+    client: Client, workers: WorkerProcesses, effects: Any, engine: AsyncEngine
+) -> None:
+    total = 5000
+    for start in range(0, total, 1000):
+        await client.start_chains(
+            [ChainSpec("effect", {"n": n}) for n in range(start, start + 1000)]
+        )
+    began = time.monotonic()
+    procs = [workers.start(name, QT_CONCURRENCY="8", QT_POLL="0.5") for name in ("a", "b")]
+
+    async def all_completed() -> bool:
+        counts = await client.count_jobs()
+        return counts.get("completed", 0) == total
+
+    await wait_until(all_completed, timeout=180, interval=0.5)
+    elapsed = time.monotonic() - began
+    assert await _effect_counts(engine, effects) == (total, total)
+    counts = await client.count_jobs()
+    assert {status: n for status, n in counts.items() if n} == {"completed": total}
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc, name in zip(procs, ("a", "b"), strict=True):
+        assert proc.wait(15) == 0, workers.log(name)
+    async with engine.connect() as conn:
+        per_worker = dict(
+            (
+                await conn.execute(
+                    select(effects.c.worker_id, func.count()).group_by(effects.c.worker_id)
+                )
+            ).all()
+        )
+    assert set(per_worker) == {"a", "b"}, per_worker
+    print(f"{total} jobs by 2 processes x 8 slots in {elapsed:.1f}s: {per_worker}")

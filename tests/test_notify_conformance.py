@@ -1,0 +1,41 @@
+"""Every shipped notify adapter passes the conformance suite users run on their own."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from queuert_notify import InProcessNotifyAdapter, NoopNotifyAdapter, RedisNotifyAdapter
+from queuert_notify.testing import NotifyAdapterConformance
+from tests.redis_helpers import delete_prefix
+
+
+class TestInProcessNotifyAdapter(NotifyAdapterConformance):
+    @pytest.fixture
+    async def adapter(self) -> AsyncIterator[InProcessNotifyAdapter]:
+        async with InProcessNotifyAdapter() as adapter:
+            yield adapter
+
+
+class TestNoopNotifyAdapter(NotifyAdapterConformance):
+    delivers = False
+    supports_hints = False
+
+    @pytest.fixture
+    async def adapter(self) -> AsyncIterator[NoopNotifyAdapter]:
+        async with NoopNotifyAdapter() as adapter:
+            yield adapter
+
+
+class TestRedisNotifyAdapter(NotifyAdapterConformance):
+    @pytest.fixture
+    async def adapter(self, redis_url: str, prefix: str) -> AsyncIterator[RedisNotifyAdapter]:
+        async with RedisNotifyAdapter(redis_url, prefix=prefix) as adapter:
+            yield adapter
+        await delete_prefix(redis_url, prefix)
+
+    @pytest.fixture
+    async def peer_adapter(self, redis_url: str, prefix: str) -> AsyncIterator[RedisNotifyAdapter]:
+        async with RedisNotifyAdapter(redis_url, prefix=prefix) as peer:
+            yield peer

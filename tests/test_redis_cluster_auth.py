@@ -1,0 +1,60 @@
+"""RedisNotifyAdapter on a Redis Cluster that requires a password: the subscriber's own
+per-master connections authenticate like the cluster client, and no message shows the
+password."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from redis.asyncio.cluster import RedisCluster
+
+from queuert_notify import ConfigurationError, RedisNotifyAdapter
+from queuert_notify.testing import Recorder
+from tests.redis_cluster import LocalRedisCluster, local_redis_cluster
+
+PASSWORD = "s3cret-cluster"
+
+
+@pytest.fixture(scope="module")
+def auth_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:
+    yield from local_redis_cluster(tmp_path_factory.mktemp("redis-cluster-auth"), PASSWORD)
+
+
+async def test_a_password_in_the_url_reaches_every_subscriber_connection(
+    auth_cluster: LocalRedisCluster, prefix: str
+) -> None:
+    async with RedisNotifyAdapter(auth_cluster.url, prefix=prefix, cluster=True) as adapter:
+        rec = Recorder()
+        types = [f"type-{index}" for index in range(12)]  # spread over every master
+        await adapter.listen_job_scheduled(types, rec)
+        await adapter.notify_jobs_scheduled(dict.fromkeys(types, 1))
+        await rec.wait_for(len(types), within=5.0)
+        assert await adapter.consume_wake_hint(types[0]) is True
+    auth_cluster.delete_prefix(prefix)
+
+
+async def test_a_caller_owned_client_gets_its_password_reused_for_the_subscribers(
+    auth_cluster: LocalRedisCluster, prefix: str
+) -> None:
+    client = RedisCluster.from_url(auth_cluster.url)
+    try:
+        async with RedisNotifyAdapter(client=client, prefix=prefix) as adapter:
+            rec = Recorder()
+            await adapter.listen_chain_completed("c", rec)
+            await adapter.notify_chain_completed("c")
+            await rec.wait_for(1, within=5.0)
+    finally:
+        await client.aclose()
+
+
+async def test_a_wrong_password_fails_connect_without_showing_it(
+    auth_cluster: LocalRedisCluster,
+) -> None:
+    url = auth_cluster.url.replace(PASSWORD, "wrong-guess")
+    adapter = RedisNotifyAdapter(url, cluster=True, connect_timeout=3.0)
+    with pytest.raises(ConfigurationError) as raised:
+        await adapter.connect()
+    assert "wrong-guess" not in str(raised.value)
+    assert f"127.0.0.1:{auth_cluster.live_nodes()[0].port}" in str(raised.value)
+    await adapter.close()

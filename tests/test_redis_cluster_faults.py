@@ -1,0 +1,197 @@
+"""Faults a Redis Cluster adapter survives: a master killed (its replica takes over), a
+slot resharded to another master, and a close while a master is down.
+
+This module has a cluster of its own (the ``redis_cluster`` fixture is module
+scoped); every test leaves it settled with all six nodes running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.crc import key_slot
+
+from queuert_notify import RedisNotifyAdapter
+from queuert_notify.notify import sharded_subscriber
+from queuert_notify.notify.redis_cluster import cluster_hint_key, cluster_name
+from queuert_notify.testing import Recorder
+from tests.redis_cluster import LocalRedisCluster
+
+
+@pytest.fixture
+def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedisCluster]:
+    yield redis_cluster
+    for node in redis_cluster.nodes:
+        if node.paused:
+            redis_cluster.resume(node.port)
+        if not node.alive:
+            redis_cluster.restart(node.port)  # rejoins (a former master as a replica)
+    redis_cluster.delete_prefix(prefix)
+
+
+@pytest.fixture
+async def adapters(
+    cluster: LocalRedisCluster, prefix: str
+) -> AsyncIterator[tuple[RedisNotifyAdapter, RedisNotifyAdapter]]:
+    """A listening adapter and a publishing one, on the same prefix."""
+    async with (
+        RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as listener,
+        RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as publisher,
+    ):
+        yield listener, publisher
+
+
+def _type_on(cluster: LocalRedisCluster, prefix: str, port: int, skip: int = 0) -> str:
+    """A type name whose wake channel (and budget key) lives on master ``port``."""
+    index = 0
+    while True:
+        name = f"type-{index}"
+        index += 1
+        if cluster.owner_of(cluster_name(prefix, "sched", name)) == port:
+            if skip == 0:
+                return name
+            skip -= 1
+
+
+async def test_after_a_master_is_killed_subscriptions_follow_its_replica(
+    cluster: LocalRedisCluster,
+    prefix: str,
+    adapters: tuple[RedisNotifyAdapter, RedisNotifyAdapter],
+) -> None:
+    listener, publisher = adapters
+    doomed, survivor = cluster.masters()[:2]
+    on_doomed, fresh_on_doomed = (_type_on(cluster, prefix, doomed, skip) for skip in (0, 1))
+    on_survivor = _type_on(cluster, prefix, survivor)
+    reconnects, scheduled, completed = Recorder(), Recorder(), Recorder()
+    listener.on_reconnect(reconnects)
+    await listener.listen_job_scheduled([on_doomed, fresh_on_doomed, on_survivor], scheduled)
+    chain = next(
+        f"chain-{i}"
+        for i in range(1000)
+        if cluster.owner_of(cluster_name(prefix, "chainc", f"chain-{i}")) == doomed
+    )
+    await listener.listen_chain_completed(chain, completed)
+
+    replica = await asyncio.to_thread(cluster.kill_master_and_wait_for_failover, doomed)
+    # Once when the connection to the dead master broke, once when every channel is
+    # subscribed on the replica that took over: poll now.
+    await reconnects.wait_for(2, within=15.0)
+    assert cluster.shard_subscriber_connections(replica) == 1
+
+    await publisher.notify_jobs_scheduled({on_doomed: 1, fresh_on_doomed: 2, on_survivor: 1})
+    await publisher.notify_chain_completed(chain)
+    await scheduled.wait_for(3, within=5.0)
+    await completed.wait_for(1, within=5.0)
+    assert sorted(scheduled.calls) == sorted([(on_doomed,), (fresh_on_doomed,), (on_survivor,)])
+    hints = [await listener.consume_wake_hint(fresh_on_doomed) for _ in range(3)]
+    assert hints == [True, True, False], "budgets work on the promoted replica"
+    assert len(reconnects.calls) == 2, "one loss, one restore"
+
+
+async def test_when_a_slot_is_resharded_the_subscription_and_the_budget_follow_it(
+    cluster: LocalRedisCluster,
+    prefix: str,
+    adapters: tuple[RedisNotifyAdapter, RedisNotifyAdapter],
+) -> None:
+    listener, publisher = adapters
+    source, target = cluster.masters()[:2]
+    moving = _type_on(cluster, prefix, source)
+    staying = _type_on(cluster, prefix, source, skip=1)  # keeps the source connection open
+    reconnects, scheduled = Recorder(), Recorder()
+    listener.on_reconnect(reconnects)
+    await listener.listen_job_scheduled([moving, staying], scheduled)
+    await publisher.provide_wake_hint(moving, 3)
+    assert await listener.consume_wake_hint(moving) is True
+
+    slot = key_slot(cluster_hint_key(prefix, moving).encode())
+    await asyncio.to_thread(cluster.move_slot, slot, target)
+    # The source dropped the shard channel (an unrequested SUNSUBSCRIBE): followed.
+    await reconnects.wait_for(2, within=10.0)
+    assert cluster.owner_of(cluster_name(prefix, "sched", moving)) == target
+
+    await publisher.notify_job_scheduled(moving)
+    await publisher.notify_job_scheduled(staying)
+    await scheduled.wait_for(2, within=5.0)
+    assert sorted(scheduled.calls) == sorted([(moving,), (staying,)])
+    hints = [await listener.consume_wake_hint(moving) for _ in range(3)]
+    assert hints == [True, True, False], "the budget moved with its slot"
+    assert cluster.shard_subscriber_connections(target) == 1
+
+
+async def test_close_while_a_master_is_down_is_prompt_and_leaves_no_task(
+    cluster: LocalRedisCluster, prefix: str
+) -> None:
+    before = asyncio.all_tasks()
+    doomed = cluster.masters()[0]
+    replica = cluster.replica_of(doomed)
+    adapter = RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True, close_timeout=5.0)
+    await adapter.connect()
+    reconnects = Recorder()
+    adapter.on_reconnect(reconnects)
+    await adapter.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
+
+    await asyncio.to_thread(cluster.kill, doomed)
+    await reconnects.wait_for(1, within=10.0)
+    await asyncio.sleep(0.3)  # the reconciler is retrying against the dead master now
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await adapter.close()
+
+    assert loop.time() - started < 2.0
+    assert asyncio.all_tasks() == before
+    await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+
+
+async def test_a_listen_on_a_slot_moved_behind_the_adapters_back_still_subscribes_where_it_lives(
+    cluster: LocalRedisCluster,
+    prefix: str,
+    adapters: tuple[RedisNotifyAdapter, RedisNotifyAdapter],
+) -> None:
+    """The adapter's slot map is stale (it had nothing subscribed in the moved slot, so
+    no node told it): the old owner refuses the SSUBSCRIBE with MOVED, the adapter
+    refreshes its map and subscribes on the new owner, without disturbing others."""
+    listener, publisher = adapters
+    source, target = cluster.masters()[:2]
+    keep, late = _type_on(cluster, prefix, source), _type_on(cluster, prefix, source, skip=1)
+    reconnects, scheduled = Recorder(), Recorder()
+    listener.on_reconnect(reconnects)
+    await listener.listen_job_scheduled([keep], scheduled)
+
+    slot = key_slot(cluster_name(prefix, "sched", late).encode())
+    await asyncio.to_thread(cluster.move_slot, slot, target)
+    await listener.listen_job_scheduled([late], scheduled)
+
+    await publisher.notify_job_scheduled(late)
+    await publisher.notify_job_scheduled(keep)
+    await scheduled.wait_for(2, within=5.0)
+    assert sorted(scheduled.calls) == sorted([(late,), (keep,)])
+    assert reconnects.calls == [], "nothing was lost: no reason to make workers poll"
+
+
+async def test_a_master_that_hangs_without_closing_its_socket_is_left_by_the_slot_map_check(
+    cluster: LocalRedisCluster, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A paused master (like a partitioned one) breaks no connection and announces no
+    move; the periodic slot-map check finds its replica took over."""
+    monkeypatch.setattr(sharded_subscriber, "_TOPOLOGY_CHECK", 0.5)
+    doomed = cluster.masters()[0]
+    replica = cluster.replica_of(doomed)
+    type_name = _type_on(cluster, prefix, doomed)
+    async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as listener:
+        reconnects, scheduled = Recorder(), Recorder()
+        listener.on_reconnect(reconnects)
+        await listener.listen_job_scheduled([type_name], scheduled)
+
+        await asyncio.to_thread(cluster.pause, doomed)
+        try:
+            await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+            await reconnects.wait_for(2, within=20.0)
+            async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as publisher:
+                await publisher.notify_job_scheduled(type_name)
+                await scheduled.wait_for(1, within=5.0)
+        finally:
+            await asyncio.to_thread(cluster.resume, doomed)
+        assert scheduled.calls == [(type_name,)]

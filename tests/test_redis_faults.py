@@ -1,0 +1,104 @@
+"""Faults the Redis subscriber survives: a server restart, and strangers on our channels."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from queuert_notify import RedisNotifyAdapter
+from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES, channel_name
+from queuert_notify.testing import Recorder
+from tests.redis_helpers import delete_prefix
+from tests.services import OwnServer
+
+
+async def _wait_for_subscribers(url: str, channel: str, count: int, within: float) -> None:
+    admin = Redis.from_url(url)
+    try:
+        async with asyncio.timeout(within):
+            while True:  # polling the server's own count; there is no event to wait on
+                if dict(await admin.pubsub_numsub(channel))[channel.encode()] == count:
+                    return
+                await asyncio.sleep(0.05)
+    finally:
+        await admin.aclose()
+
+
+async def test_after_a_server_restart_the_subscriber_resubscribes_and_fires_on_reconnect(
+    private_redis: OwnServer, prefix: str
+) -> None:
+    async with RedisNotifyAdapter(private_redis.url, prefix=prefix) as adapter:
+        reconnects = Recorder()
+        adapter.on_reconnect(reconnects)
+        scheduled, completed = Recorder(), Recorder()
+        await adapter.listen_job_scheduled(["t"], scheduled)
+        await adapter.listen_chain_completed("c", completed)
+
+        await asyncio.to_thread(private_redis.kill)
+        await reconnects.wait_for(1, within=10.0)  # the loss itself: poll now
+        lost_signals = len(reconnects.calls)
+        await asyncio.sleep(0.5)  # down for a while: the reader backs off, no hot loop
+        assert len(reconnects.calls) == lost_signals, "one signal per outage, not per retry"
+
+        await asyncio.to_thread(private_redis.start)
+        await _wait_for_subscribers(private_redis.url, channel_name(prefix, "sched"), 1, 15.0)
+        await _wait_for_subscribers(private_redis.url, channel_name(prefix, "chainc"), 1, 5.0)
+        await reconnects.wait_for(lost_signals + 1, within=5.0)  # restored: poll again
+
+        # Scripts are gone from the restarted server: reloaded transparently.
+        await adapter.notify_jobs_scheduled({"t": 1})
+        await adapter.notify_chain_completed("c")
+        await scheduled.wait_for(1, within=5.0)
+        await completed.wait_for(1, within=5.0)
+        assert await adapter.consume_wake_hint("t") is True
+        assert await adapter.consume_wake_hint("t") is False
+
+
+async def test_malformed_payloads_from_strangers_are_ignored_and_counted(
+    redis_url: str, prefix: str
+) -> None:
+    stranger = Redis.from_url(redis_url)
+    try:
+        async with RedisNotifyAdapter(redis_url, prefix=prefix) as adapter:
+            scheduled, completed = Recorder(), Recorder()
+            await adapter.listen_job_scheduled(["t"], scheduled)
+            await adapter.listen_chain_completed("c", completed)
+            sched, chainc = channel_name(prefix, "sched"), channel_name(prefix, "chainc")
+
+            not_utf8 = "c\udcff".encode("utf-8", "surrogateescape")
+            for garbage in [b"", b"\xff\xfe\x00", b"t" * (MAX_PAYLOAD_BYTES + 1)]:
+                await stranger.publish(sched, garbage)
+            await stranger.publish(chainc, not_utf8)
+            await stranger.publish(sched, b'{"type": "t"}')  # well-formed, for no one
+            await stranger.publish(sched, "t")
+            await stranger.publish(chainc, "c")
+
+            await scheduled.wait_for(1, within=5.0)
+            await completed.wait_for(1, within=5.0)
+            assert scheduled.calls == [("t",)]
+            assert completed.calls == [()]
+            assert adapter.ignored_messages == 4
+    finally:
+        await stranger.aclose()
+        await delete_prefix(redis_url, prefix)
+
+
+async def test_close_while_the_server_is_down_is_prompt_and_leaves_no_task(
+    private_redis: OwnServer, prefix: str
+) -> None:
+    before = asyncio.all_tasks()
+    adapter = RedisNotifyAdapter(private_redis.url, prefix=prefix, close_timeout=5.0)
+    await adapter.connect()
+    await adapter.listen_job_scheduled(["t"], Recorder())
+    reconnects = Recorder()
+    adapter.on_reconnect(reconnects)
+    await asyncio.to_thread(private_redis.kill)
+    await reconnects.wait_for(1, within=10.0)
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await adapter.close()
+
+    assert loop.time() - started < 2.0
+    assert asyncio.all_tasks() == before

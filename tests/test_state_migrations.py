@@ -1,0 +1,132 @@
+"""Shipped migrations: idempotent, safe concurrently, in their own version table, and
+identical to the tables in state_adapters.schema."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from state_adapters import SqlAlchemyStateAdapter, make_metadata, metadata
+from tests.queue_helpers import drop_tables
+
+TABLES = ("chains", "jobs", "blockers", "dedup_keys")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path}/jobs.db"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+async def engine(database_url: str, prefix: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(database_url)
+    try:
+        yield engine
+    finally:
+        await drop_tables(engine, f"{prefix}_")
+        await engine.dispose()
+
+
+def _table_names(sync_conn: Any, schema: str | None = None) -> set[str]:
+    return set(inspect(sync_conn).get_table_names(schema=schema))
+
+
+async def test_migrate_creates_the_tables_and_a_version_table_of_their_own(
+    engine: AsyncEngine, prefix: str
+) -> None:
+    state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+    await state.migrate()
+    await state.migrate()
+    async with engine.connect() as conn:
+        names = await conn.run_sync(_table_names)
+        version = await conn.scalar(text(f"SELECT version_num FROM {prefix}_alembic_version"))
+    assert {f"{prefix}_{t}" for t in TABLES} | {f"{prefix}_alembic_version"} <= names
+    assert version == "0001"
+
+
+async def test_concurrent_migrations_all_succeed(database_url: str, prefix: str) -> None:
+    engines = [create_async_engine(database_url) for _ in range(3)]
+    try:
+        adapters = [SqlAlchemyStateAdapter(e, table_prefix=f"{prefix}_") for e in engines]
+        await asyncio.gather(*(adapter.migrate() for adapter in adapters))
+        async with engines[0].connect() as conn:
+            count = await conn.scalar(text(f"SELECT count(*) FROM {prefix}_alembic_version"))
+        assert count == 1
+    finally:
+        await drop_tables(engines[0], f"{prefix}_")
+        for e in engines:
+            await e.dispose()
+
+
+async def test_the_migrated_schema_matches_the_exported_metadata(
+    engine: AsyncEngine, prefix: str
+) -> None:
+    state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+    await state.migrate()
+    ours = {table.name for table in state.metadata.sorted_tables}
+
+    def diff(sync_conn: Any) -> list[Any]:
+        context = MigrationContext.configure(
+            sync_conn,
+            opts={
+                "compare_type": True,
+                "include_name": lambda name, kind, _parent: kind != "table" or name in ours,
+            },
+        )
+        return list(compare_metadata(context, state.metadata))
+
+    async with engine.connect() as conn:
+        assert await conn.run_sync(diff) == []
+
+
+def test_metadata_carries_the_prefix_and_schema() -> None:
+    assert sorted(metadata.tables) == sorted(f"queuert_{t}" for t in TABLES)
+    custom = make_metadata("app_jobs_", schema="queue")
+    assert sorted(custom.tables) == sorted(f"queue.app_jobs_{t}" for t in TABLES)
+
+
+async def test_an_application_schema_and_alembic_history_are_left_alone(
+    postgres_url: str, prefix: str
+) -> None:
+    engine = create_async_engine(postgres_url)
+    schema = f"{prefix}_schema"
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(f"CREATE SCHEMA {schema}"))
+            await conn.execute(
+                text(f"CREATE TABLE {schema}.alembic_version (version_num varchar(32))")
+            )
+            await conn.execute(text(f"INSERT INTO {schema}.alembic_version VALUES ('app-rev')"))
+        state = SqlAlchemyStateAdapter(engine, schema=schema)
+        await state.migrate()
+        async with engine.connect() as conn:
+            names = await conn.run_sync(_table_names, schema)
+            app_version = await conn.scalar(
+                text(f"SELECT version_num FROM {schema}.alembic_version")
+            )
+        assert {f"queuert_{t}" for t in TABLES} <= names
+        assert app_version == "app-rev"
+        chain = await state.get_chain((await _start(state)).id)
+        assert chain.status == "pending"
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        await engine.dispose()
+
+
+async def _start(state: SqlAlchemyStateAdapter) -> Any:
+    from queuert_notify.hooks import NotificationBuffer
+    from state_adapters.protocol import NewChain, NewJob
+
+    (started,) = await state.start_chains([NewChain(NewJob("t"))], notes=NotificationBuffer())
+    return started

@@ -1,0 +1,144 @@
+"""Leases: renewal keeps a long job, expiry hands it to another worker, loss cancels."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from queuert_notify.client import Client
+from queuert_notify.errors import JobOwnershipLostError
+from queuert_notify.events import WorkerEvent
+from queuert_notify.jobs import Job, JobContext
+from queuert_notify.notify.protocol import NotifyAdapter
+from queuert_notify.worker import Worker
+from tests.queue_helpers import wait_until
+
+pytest_plugins = ["tests.queue_fixtures"]
+
+
+async def test_cancelling_a_chain_cancels_its_running_handler(client: Client) -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+    events: list[WorkerEvent] = []
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    chain = await client.start_chain("long")
+    async with Worker(client, {"long": handler}, on_event=events.append):
+        await asyncio.wait_for(started.wait(), 5)
+        await client.cancel(chain.id)
+        await asyncio.wait_for(cancelled.wait(), 5)
+    assert (await client.get_chain(chain.id)).status == "cancelled"
+    assert [e.kind for e in events] == ["started", "ownership_lost"]
+
+
+async def test_workerless_completion_wins_over_the_running_handler(client: Client) -> None:
+    started = asyncio.Event()
+
+    async def handler(job: Job, ctx: JobContext) -> str:
+        started.set()
+        await asyncio.sleep(30)
+        return "from the worker"
+
+    chain = await client.start_chain("approval")
+    async with Worker(client, {"approval": handler}):
+        await asyncio.wait_for(started.wait(), 5)
+        await client.complete_chain(chain.id, "approved by a human")
+        await asyncio.sleep(0.3)
+    done = await client.get_chain(chain.id)
+    assert done.status == "completed"
+    assert done.output == "approved by a human"
+
+
+async def test_lease_is_renewed_while_a_long_handler_runs(client: Client) -> None:
+    runs: list[int] = []
+
+    async def handler(job: Job, ctx: JobContext) -> str:
+        runs.append(job.attempt)
+        await asyncio.sleep(2.0)
+        return "finished"
+
+    chain = await client.start_chain("long")
+    async with (
+        Worker(client, {"long": handler}, lease=0.6, worker_id="runner"),
+        # A second worker reaping eagerly: it must find nothing expired.
+        Worker(client, {"long": handler}, lease=0.6, reap_interval=0.1, poll_interval=0.1),
+    ):
+        done = await client.await_chain(chain.id, timeout=10)
+    assert done.output == "finished"
+    assert runs == [1]
+
+
+async def test_a_dead_workers_expired_lease_is_reaped_and_run_again(
+    client: Client, state: Any
+) -> None:
+    events: list[WorkerEvent] = []
+
+    async def handler(job: Job, ctx: JobContext) -> int:
+        return job.attempt
+
+    chain = await client.start_chain("job")
+    # A worker that claims the job and then dies without a word.
+    (claimed,) = await state.acquire(["job"], worker_id="dead", lease_seconds=0.3)
+    assert claimed.id == chain.id
+    async with Worker(client, {"job": handler}, reap_interval=0.1, on_event=events.append):
+        done = await client.await_chain(chain.id, timeout=10)
+    assert done.output == 2
+    assert ("reaped", chain.id) in [(e.kind, e.job_id) for e in events]
+
+
+@pytest.mark.parametrize("notify_kind", ["noop"], indirect=True)
+async def test_heartbeat_raises_once_the_job_is_no_longer_ours(client: Client) -> None:
+    outcome: list[str] = []
+    events: list[WorkerEvent] = []
+    started = asyncio.Event()
+    proceed = asyncio.Event()
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        await ctx.heartbeat()
+        outcome.append("first heartbeat ok")
+        started.set()
+        await proceed.wait()
+        try:
+            await ctx.heartbeat()
+        except JobOwnershipLostError:
+            outcome.append("lost")
+            raise
+
+    chain = await client.start_chain("t")
+    # No notifications and a long lease: only the heartbeat can notice the cancel.
+    async with Worker(client, {"t": handler}, lease=30, on_event=events.append):
+        await asyncio.wait_for(started.wait(), 5)
+        await client.cancel(chain.id)
+        proceed.set()
+        await wait_until(lambda: len(events) == 2, timeout=5)
+    assert outcome == ["first heartbeat ok", "lost"]
+    assert [e.kind for e in events] == ["started", "ownership_lost"]
+    assert (await client.get_chain(chain.id)).status == "cancelled"
+
+
+@pytest.mark.parametrize("notify_kind", ["in_process"], indirect=True)
+async def test_forged_ownership_lost_notification_does_not_cancel_a_job_still_owned(
+    client: Client, notify: NotifyAdapter
+) -> None:
+    started = asyncio.Event()
+
+    async def handler(job: Job, ctx: JobContext) -> str:
+        started.set()
+        await asyncio.sleep(0.3)
+        return "survived"
+
+    chain = await client.start_chain("t")
+    async with Worker(client, {"t": handler}):
+        await asyncio.wait_for(started.wait(), 5)
+        await notify.notify_job_ownership_lost(chain.id)
+        done = await client.await_chain(chain.id, timeout=5)
+    assert done.output == "survived"

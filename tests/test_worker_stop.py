@@ -1,0 +1,85 @@
+"""Stopping a worker: drain, drain timeout, force, and nothing left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from queuert_notify.client import Client
+from queuert_notify.events import WorkerEvent
+from queuert_notify.jobs import Job, JobContext
+from queuert_notify.worker import Worker
+from tests.queue_helpers import other_tasks
+
+pytest_plugins = ["tests.queue_fixtures"]
+
+
+async def test_stop_lets_running_jobs_finish_and_claims_nothing_new(client: Client) -> None:
+    started = asyncio.Event()
+
+    async def handler(job: Job, ctx: JobContext) -> str:
+        started.set()
+        await asyncio.sleep(0.3)
+        return "finished"
+
+    running = await client.start_chain("t")
+    worker = Worker(client, {"t": handler}, concurrency=1)
+    async with worker:
+        await asyncio.wait_for(started.wait(), 5)
+        waiting = await client.start_chain("t")
+        await worker.stop()
+        assert (await client.get_chain(running.id)).output == "finished"
+    assert (await client.get_chain(waiting.id)).status == "pending"
+    assert other_tasks() == set()
+
+
+async def test_stop_cancels_handlers_still_running_after_the_drain_timeout(
+    client: Client,
+) -> None:
+    started = asyncio.Event()
+    events: list[WorkerEvent] = []
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    chain = await client.start_chain("t")
+    worker = Worker(client, {"t": handler}, drain_timeout=0.2, on_event=events.append)
+    async with worker:
+        await asyncio.wait_for(started.wait(), 5)
+        began = time.monotonic()
+        await worker.stop()
+        assert time.monotonic() - began < 2
+    # Still leased: it is retried by any worker once the lease expires.
+    assert (await client.get_chain(chain.id)).status == "running"
+    assert [e.kind for e in events] == ["started", "abandoned"]
+    assert other_tasks() == set()
+
+
+async def test_forced_stop_skips_the_drain(client: Client) -> None:
+    started = asyncio.Event()
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    await client.start_chain("t")
+    worker = Worker(client, {"t": handler}, drain_timeout=30)
+    async with worker:
+        await asyncio.wait_for(started.wait(), 5)
+        began = time.monotonic()
+        await worker.stop(force=True)
+        assert time.monotonic() - began < 2
+    assert other_tasks() == set()
+
+
+async def test_run_returns_after_stop_from_another_task(client: Client) -> None:
+    async def handler(job: Job, ctx: JobContext) -> None:
+        return None
+
+    worker = Worker(client, {"t": handler})
+    runner = asyncio.create_task(worker.run(handle_signals=False))
+    await asyncio.sleep(0.1)
+    await worker.stop()
+    assert runner.done()
+    await runner

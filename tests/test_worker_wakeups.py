@@ -1,0 +1,135 @@
+"""When a worker looks for work: notifications, wake hints, due times, free slots."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from queuert_notify.client import ChainSpec, Client
+from queuert_notify.jobs import Job, JobContext
+from queuert_notify.notify.protocol import NotifyAdapter
+from queuert_notify.worker import Worker
+from tests.queue_helpers import CountingState, other_tasks, wait_until
+
+pytest_plugins = ["tests.queue_fixtures"]
+
+
+async def test_idle_worker_starts_a_new_job_within_100ms_despite_a_60s_poll(
+    client: Client,
+) -> None:
+    started: dict[str, float] = {}
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        started[job.chain_id] = time.perf_counter()
+
+    async with Worker(client, {"ping": handler}, poll_interval=60):
+        await asyncio.sleep(0.2)  # the worker has polled once and is asleep
+        latencies = []
+        for _ in range(5):
+            chain = await client.start_chain("ping")
+            committed = time.perf_counter()
+            await client.await_chain(chain.id, timeout=5)
+            latencies.append(started[chain.id] - committed)
+    assert max(latencies) < 0.1, latencies
+
+
+async def test_exhausted_wake_budget_keeps_the_worker_out_of_sql(
+    state: Any, notify: NotifyAdapter
+) -> None:
+    counting = CountingState(state)
+    async with Client(state=counting, notify=notify) as client:
+
+        async def handler(job: Job, ctx: JobContext) -> None:
+            return None
+
+        async with Worker(client, {"t": handler}, poll_interval=60):
+            await asyncio.sleep(0.2)
+            # A budget that exists and is used up: another worker already took the work.
+            await notify.provide_wake_hint("t", 1)
+            assert await notify.consume_wake_hint("t")
+            before = counting.calls.get("acquire", 0)
+            await notify.notify_job_scheduled("t")
+            await asyncio.sleep(0.2)
+            assert counting.calls.get("acquire", 0) == before
+            # A budget with units left wakes the worker, which then queries SQL.
+            await notify.notify_jobs_scheduled({"t": 1})
+            await wait_until(lambda: counting.calls.get("acquire", 0) > before, timeout=2)
+
+
+async def test_worker_never_claims_a_type_it_has_no_handler_for(client: Client) -> None:
+    async def handler(job: Job, ctx: JobContext) -> str:
+        return "mine"
+
+    other = await client.start_chain("someone-elses")
+    mine = await client.start_chain("mine")
+    async with Worker(client, {"mine": handler}, poll_interval=0.1):
+        await client.await_chain(mine.id, timeout=5)
+        await asyncio.sleep(0.3)
+    other_chain = await client.get_chain(other.id)
+    assert other_chain.status == "pending"
+    assert other_chain.last_job.attempt == 0
+
+
+async def test_delayed_job_runs_when_due_not_at_the_poll_interval(client: Client) -> None:
+    started: dict[str, float] = {}
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        started[job.chain_id] = time.monotonic()
+
+    async with Worker(client, {"later": handler}, poll_interval=60):
+        await asyncio.sleep(0.1)
+        enqueued = time.monotonic()
+        chain = await client.start_chain("later", delay=0.5)
+        await client.await_chain(chain.id, timeout=5)
+    waited = started[chain.id] - enqueued
+    assert 0.45 <= waited < 1.5, waited
+
+
+@pytest.mark.parametrize("notify_kind", ["noop"], indirect=True)
+async def test_continuation_of_a_handled_type_runs_without_waiting_for_a_notification(
+    client: Client,
+) -> None:
+    async def first(job: Job, ctx: JobContext) -> Any:
+        return ctx.continue_with("second", {"from": job.id})
+
+    async def second(job: Job, ctx: JobContext) -> str:
+        return "done"
+
+    chain = await client.start_chain("first")
+    started = time.monotonic()
+    async with Worker(client, {"first": first, "second": second}, poll_interval=60):
+        done = await client.await_chain(chain.id, timeout=10, poll_interval=0.05)
+    assert done.output == "done"
+    assert time.monotonic() - started < 2
+
+
+async def test_worker_runs_at_most_concurrency_handlers_at_once(client: Client) -> None:
+    running = 0
+    peak = 0
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+
+    chains = await client.start_chains([ChainSpec("t", {"n": n}) for n in range(30)])
+    async with Worker(client, {"t": handler}, concurrency=4, poll_interval=60):
+        for chain in chains:
+            await client.await_chain(chain.id, timeout=10)
+    assert peak == 4
+
+
+async def test_stopped_worker_leaves_no_task_behind(client: Client) -> None:
+    async def handler(job: Job, ctx: JobContext) -> None:
+        await asyncio.sleep(0.05)
+
+    await client.start_chains([ChainSpec("t") for _ in range(10)])
+    worker = Worker(client, {"t": handler}, concurrency=3, poll_interval=60)
+    async with worker:
+        await asyncio.sleep(0.1)
+    assert other_tasks() == set()

@@ -1,8 +1,9 @@
 """Fixtures for client, worker and end-to-end tests: a real database and a real notify
 adapter per test, each with names of the test's own, cleaned up afterwards.
 
-``state_kind`` (sqlite | postgres) and ``notify_kind`` (noop | in_process | redis)
-default to sqlite + in_process; a module parametrizes them indirectly to run a matrix.
+``state_kind`` (``STATE_KINDS``) and ``notify_kind`` (``NOTIFY_KINDS`` in
+queue_helpers) default to sqlite + in_process; a module parametrizes them indirectly
+to run a matrix.
 A module uses them with ``pytest_plugins = ["tests.queue_fixtures"]``.
 """
 
@@ -17,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify.client import Client
 from queuert_notify.notify.protocol import NotifyAdapter
-from tests.queue_helpers import delete_redis_keys, drop_tables, make_notify
+from tests.queue_helpers import delete_notify_state, drop_tables, make_notify
 
 
 @pytest.fixture
@@ -70,8 +71,7 @@ async def notify(
         yield adapter
     finally:
         await adapter.close()
-        if notify_kind == "redis":
-            await delete_redis_keys(request.getfixturevalue("redis_url"), prefix)
+        await delete_notify_state(notify_kind, request, prefix)
 
 
 @pytest.fixture

@@ -3,34 +3,76 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import suppress
 from typing import Any
 
+import nats
+import nats.js.errors
 import pytest
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from queuert_notify import (
+    InProcessNotifyAdapter,
+    NatsNotifyAdapter,
+    NoopNotifyAdapter,
+    PostgresNotifyAdapter,
+    RedisNotifyAdapter,
+)
+from queuert_notify.notify.nats import default_bucket
 from queuert_notify.notify.protocol import NotifyAdapter
+from tests.redis_cluster import LocalRedisCluster
+from tests.redis_helpers import delete_prefix
 
 STATE_KINDS = ["sqlite", "postgres"]
-NOTIFY_KINDS = ["noop", "in_process", "redis"]
+NOTIFY_KINDS = ["noop", "in_process", "redis", "postgres", "nats", "redis_cluster"]
+HINTED_NOTIFY_KINDS = ["in_process", "redis", "nats", "redis_cluster"]
+"""Kinds that keep wake budgets: N new jobs wake N idle workers, not every one."""
+SHARED_NOTIFY_KINDS = ["noop", "in_process"]
+"""In-memory kinds: every client of a test must share one instance to hear the others."""
 
 
 def make_notify(notify_kind: str, request: pytest.FixtureRequest, prefix: str) -> NotifyAdapter:
-    """A new, unconnected adapter of ``notify_kind`` (Redis under the test's prefix)."""
+    """A new, unconnected adapter of ``notify_kind``; one on a server works under the
+    test's ``prefix`` (see :func:`delete_notify_state` for the cleanup)."""
     if notify_kind == "noop":
-        from queuert_notify.notify.noop import NoopNotifyAdapter
-
         return NoopNotifyAdapter()
     if notify_kind == "in_process":
-        from queuert_notify.notify.in_process import InProcessNotifyAdapter
-
         return InProcessNotifyAdapter()
-    redis_module = pytest.importorskip(
-        "queuert_notify.notify.redis", reason="RedisNotifyAdapter has not landed yet"
-    )
-    url = request.getfixturevalue("redis_url")
-    adapter: NotifyAdapter = redis_module.RedisNotifyAdapter(url=url, prefix=prefix)
-    return adapter
+    if notify_kind == "redis":
+        return RedisNotifyAdapter(url=request.getfixturevalue("redis_url"), prefix=prefix)
+    if notify_kind == "redis_cluster":
+        cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
+        return RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True)
+    if notify_kind == "postgres":
+        return PostgresNotifyAdapter(request.getfixturevalue("postgres_url"), prefix=prefix)
+    if notify_kind == "nats":
+        return NatsNotifyAdapter(request.getfixturevalue("nats_url"), prefix=prefix)
+    raise ValueError(f"unknown notify kind {notify_kind!r}; choose from {NOTIFY_KINDS}")
+
+
+async def delete_notify_state(
+    notify_kind: str, request: pytest.FixtureRequest, prefix: str
+) -> None:
+    """Delete what adapters of ``notify_kind`` left on their server under ``prefix``
+    (wake budgets); channels and subjects hold nothing once unsubscribed."""
+    if notify_kind == "redis":
+        await delete_prefix(request.getfixturevalue("redis_url"), prefix)
+    elif notify_kind == "redis_cluster":
+        cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
+        await asyncio.to_thread(cluster.delete_prefix, prefix)
+    elif notify_kind == "nats":
+        await delete_nats_bucket(request.getfixturevalue("nats_url"), default_bucket(prefix))
+
+
+async def delete_nats_bucket(url: str, bucket: str) -> None:
+    """Delete the JetStream KV bucket holding a test's wake budgets, if it exists."""
+    connection = await nats.connect(url)
+    try:
+        with suppress(nats.js.errors.NotFoundError):
+            await connection.jetstream().delete_key_value(bucket)
+    finally:
+        await connection.close()
 
 
 async def drop_tables(engine: AsyncEngine, table_prefix: str) -> None:
@@ -43,19 +85,6 @@ async def drop_tables(engine: AsyncEngine, table_prefix: str) -> None:
 
     async with engine.begin() as conn:
         await conn.run_sync(drop)
-
-
-async def delete_redis_keys(url: str, prefix: str) -> None:
-    """Delete only keys under this test's prefix."""
-    import redis.asyncio as redis
-
-    connection = redis.Redis.from_url(url)
-    try:
-        keys = [key async for key in connection.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await connection.delete(*keys)
-    finally:
-        await connection.aclose()
 
 
 def other_tasks() -> set[asyncio.Task[Any]]:

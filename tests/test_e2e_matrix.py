@@ -1,8 +1,14 @@
-"""The queue end to end on every state adapter x notify adapter pair."""
+"""The queue end to end on every state adapter x notify adapter pair.
+
+Notify kinds: noop, in-process, Redis, Postgres LISTEN/NOTIFY, NATS and Redis
+Cluster (a local 3-master cluster started once for this module by the
+``redis_cluster`` fixture, only if a test asks for it).
+"""
 
 from __future__ import annotations
 
 import asyncio
+from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
@@ -11,12 +17,19 @@ from queuert_notify.client import ChainSpec, Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
-from tests.queue_helpers import NOTIFY_KINDS, STATE_KINDS, other_tasks
+from tests.queue_helpers import (
+    HINTED_NOTIFY_KINDS,
+    NOTIFY_KINDS,
+    SHARED_NOTIFY_KINDS,
+    STATE_KINDS,
+    CountingState,
+    make_notify,
+    other_tasks,
+    wait_until,
+)
 
-pytestmark = [
-    pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True),
-    pytest.mark.parametrize("notify_kind", NOTIFY_KINDS, indirect=True),
-]
+pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+every_notify_kind = pytest.mark.parametrize("notify_kind", NOTIFY_KINDS, indirect=True)
 
 pytest_plugins = ["tests.queue_fixtures"]
 
@@ -27,6 +40,7 @@ def _poll_interval(notify_kind: str) -> float:
     return 0.2 if notify_kind == "noop" else 60.0
 
 
+@every_notify_kind
 async def test_chains_with_continuations_and_blockers_complete(
     client: Client, notify_kind: str
 ) -> None:
@@ -75,6 +89,7 @@ async def test_chains_with_continuations_and_blockers_complete(
     assert other_tasks() == set()
 
 
+@every_notify_kind
 async def test_failing_handler_is_retried_then_fails_after_max_attempts(
     client: Client, notify_kind: str
 ) -> None:
@@ -99,3 +114,43 @@ async def test_failing_handler_is_retried_then_fails_after_max_attempts(
     kinds = [e.kind for e in events]
     assert kinds.count("started") == 3
     assert [k for k in kinds if k in ("retried", "failed")] == ["retried", "retried", "failed"]
+
+
+@pytest.mark.parametrize("notify_kind", HINTED_NOTIFY_KINDS, indirect=True)
+async def test_a_burst_of_jobs_wakes_only_as_many_idle_workers_as_it_has_jobs(
+    client: Client, state: Any, notify_kind: str, request: pytest.FixtureRequest, prefix: str
+) -> None:
+    workers, jobs = 6, 2
+    completed = asyncio.Event()
+    done: list[str] = []
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        done.append(job.id)
+        if len(done) == jobs:
+            completed.set()
+
+    async with AsyncExitStack() as stack:
+        # Each worker has a client (and, on a server, a connection) of its own, as in
+        # another process, and counts the SQL it asks for.
+        states = [CountingState(state) for _ in range(workers)]
+        for counting in states:
+            shared = notify_kind in SHARED_NOTIFY_KINDS
+            notify = client.notify if shared else make_notify(notify_kind, request, prefix)
+            worker_client = Client(state=counting, notify=notify)
+            if not shared:
+                await stack.enter_async_context(worker_client)
+            await stack.enter_async_context(
+                Worker(worker_client, {"burst": handler}, concurrency=1, poll_interval=60)
+            )
+        # An idle worker asks for the next due time just before it goes to sleep.
+        await wait_until(lambda: all(s.calls.get("next_due_at", 0) for s in states))
+        for counting in states:
+            counting.calls.clear()
+
+        await client.start_chains([ChainSpec("burst", {"n": n}) for n in range(jobs)])
+        async with asyncio.timeout(10):
+            await completed.wait()
+        await asyncio.sleep(0.2)  # a straggler woken late would query now
+
+    asked_sql = [s for s in states if s.calls.get("acquire", 0)]
+    assert 1 <= len(asked_sql) <= jobs, [s.calls for s in states]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from queuert_notify.errors import InvalidInputError, NotifyAdapterClosedError
+from queuert_notify.errors import NotifyAdapterClosedError
+from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.protocol import (
     HINT_TTL_SECONDS,
     SignalCallback,
@@ -65,6 +66,7 @@ class InProcessNotifyAdapter:
 
     async def notify_job_scheduled(self, type_name: str) -> None:
         self._check_open()
+        encode_payload("type name", type_name)
         self._listener.dispatch(_SCHEDULED, type_name, type_name)
 
     async def listen_job_scheduled(
@@ -76,8 +78,8 @@ class InProcessNotifyAdapter:
     async def provide_wake_hint(self, type_name: str, count: int) -> None:
         """Add ``count`` to the budget of ``type_name`` and restart its 60 s expiry."""
         self._check_open()
-        if count < 0:
-            raise InvalidInputError(f"wake hint count must be >= 0, got {count}")
+        check_count(count)
+        encode_payload("type name", type_name)
         if count == 0:
             # A zero budget would make consumers return False: no jobs, no change.
             return
@@ -101,6 +103,10 @@ class InProcessNotifyAdapter:
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
         """Provide every budget first, then wake, so woken listeners find their budget."""
         self._check_open()
+        # Every name and count is checked before any budget changes.
+        for type_name, count in counts.items():
+            check_count(count)
+            encode_payload("type name", type_name)
         for type_name, count in counts.items():
             await self.provide_wake_hint(type_name, count)
         for type_name, count in counts.items():
@@ -109,6 +115,7 @@ class InProcessNotifyAdapter:
 
     async def notify_chain_completed(self, chain_id: str) -> None:
         self._check_open()
+        encode_payload("chain id", chain_id)
         self._listener.dispatch(_CHAIN_COMPLETED, chain_id)
 
     async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
@@ -117,6 +124,7 @@ class InProcessNotifyAdapter:
 
     async def notify_job_ownership_lost(self, job_id: str) -> None:
         self._check_open()
+        encode_payload("job id", job_id)
         self._listener.dispatch(_OWNERSHIP_LOST, job_id)
 
     async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:

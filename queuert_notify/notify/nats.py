@@ -30,12 +30,9 @@ from nats.aio.subscription import Subscription
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from queuert_notify.errors import (
-    ConfigurationError,
-    InvalidInputError,
-    NotifyAdapterClosedError,
-    mask_url,
-)
+from queuert_notify.errors import ConfigurationError, NotifyAdapterClosedError, mask_url
+from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
+from queuert_notify.notify.payloads import check_count, decode_payload, encode_payload
 from queuert_notify.notify.protocol import (
     HINT_TTL_SECONDS,
     SignalCallback,
@@ -45,9 +42,6 @@ from queuert_notify.notify.protocol import (
 from queuert_notify.notify.shared_listener import SharedListener
 
 logger = logging.getLogger(__name__)
-
-MAX_PAYLOAD_BYTES = 1024
-"""Longest payload (type name, chain id, job id) published or accepted, in UTF-8 bytes."""
 
 _SCHEMES = ("nats", "tls", "ws", "wss")
 _TOKEN = r"[A-Za-z0-9_-]+"
@@ -98,8 +92,9 @@ class NatsNotifyAdapter:
     - Without JetStream on the server (detected at ``connect()``), wake hints
       degrade to no-ops with a logged warning: provide does nothing, consume
       returns True. :attr:`hints_enabled` tells which.
-    - Payloads that are empty, longer than :data:`MAX_PAYLOAD_BYTES` or not
-      UTF-8 are dropped and counted in :attr:`ignored_messages`.
+    - Payloads that are empty, longer than :data:`MAX_PAYLOAD_BYTES`, not
+      UTF-8 or holding NUL are dropped and counted in :attr:`ignored_messages`
+      (:mod:`~queuert_notify.notify.payloads`).
     - ``close()`` is idempotent, bounded by ``close_timeout``, and leaves no
       task running; afterwards calls raise ``NotifyAdapterClosedError``.
 
@@ -153,7 +148,7 @@ class NatsNotifyAdapter:
     @property
     def ignored_messages(self) -> int:
         """How many messages on our subjects were dropped as malformed (empty,
-        oversized, not UTF-8) since the adapter was created."""
+        oversized, not UTF-8, holding NUL) since the adapter was created."""
         return self._ignored_messages
 
     @property
@@ -249,7 +244,7 @@ class NatsNotifyAdapter:
     # -- notifications -------------------------------------------------------
 
     async def notify_job_scheduled(self, type_name: str) -> None:
-        await self._publish([(self._sched, _payload("type name", type_name))])
+        await self._publish([(self._sched, encode_payload("type name", type_name))])
 
     async def listen_job_scheduled(
         self, type_names: Sequence[str], callback: TypeNameCallback
@@ -258,14 +253,14 @@ class NatsNotifyAdapter:
         return await self._listener.add(self._sched, type_names, callback)
 
     async def notify_chain_completed(self, chain_id: str) -> None:
-        await self._publish([(self._chainc, _payload("chain id", chain_id))])
+        await self._publish([(self._chainc, encode_payload("chain id", chain_id))])
 
     async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
         await self._ready()
         return await self._listener.add(self._chainc, [chain_id], callback)
 
     async def notify_job_ownership_lost(self, job_id: str) -> None:
-        await self._publish([(self._owls, _payload("job id", job_id))])
+        await self._publish([(self._owls, encode_payload("job id", job_id))])
 
     async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
         await self._ready()
@@ -287,20 +282,21 @@ class NatsNotifyAdapter:
 
     async def provide_wake_hint(self, type_name: str, count: int) -> None:
         """Add ``count`` to the budget (compare-and-swap); 0, or no JetStream, is a no-op."""
-        _check_count(count)
+        check_count(count)
+        key = hint_key(encode_payload("type name", type_name))
         await self._ready()
         if count > 0 and self._kv is not None:
-            await self._add_budget(hint_key(_payload("type name", type_name)), count)
+            await self._add_budget(key, count)
 
     async def consume_wake_hint(self, type_name: str) -> bool:
         """Take one unit; True when taken, when no budget exists or without JetStream;
         False when the budget is exhausted."""
+        key = hint_key(encode_payload("type name", type_name))
         await self._ready()
         kv = self._kv
         if kv is None:
             return True
         self._require_connection()
-        key = hint_key(_payload("type name", type_name))
         for attempt in range(_CAS_ATTEMPTS):
             try:
                 entry = await kv.get(key)
@@ -324,9 +320,10 @@ class NatsNotifyAdapter:
 
         Types with a count of 0 are skipped (no new jobs, nothing to announce).
         """
-        for count in counts.values():
-            _check_count(count)
-        scheduled = {_payload("type name", n): c for n, c in counts.items() if c > 0}
+        # Every name and count is checked before anything is sent.
+        scheduled = {
+            encode_payload("type name", n): c for n, c in counts.items() if check_count(c) > 0
+        }
         await self._ready()
         if not scheduled:
             return
@@ -421,7 +418,7 @@ class NatsNotifyAdapter:
 
     async def _on_message(self, msg: Msg) -> None:
         data = msg.data
-        payload = _text(data) if 0 < len(data) <= MAX_PAYLOAD_BYTES else None
+        payload = decode_payload(data)
         if payload is None:
             # Empty, oversized or binary: a hint we cannot use. Count, never raise.
             self._ignored_messages += 1
@@ -523,25 +520,4 @@ def _budget(value: bytes | None) -> int | None:
     try:
         return int(value or b"")
     except ValueError:
-        return None
-
-
-def _payload(what: str, value: str) -> str:
-    """Reject what receivers would drop, before it is published."""
-    if not value:
-        raise InvalidInputError(f"the {what} must not be empty")
-    if len(value.encode()) > MAX_PAYLOAD_BYTES:
-        raise InvalidInputError(f"the {what} is longer than {MAX_PAYLOAD_BYTES} bytes in UTF-8")
-    return value
-
-
-def _check_count(count: int) -> None:
-    if count < 0:
-        raise InvalidInputError(f"wake hint count must be >= 0, got {count}")
-
-
-def _text(value: bytes) -> str | None:
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
         return None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from queuert_notify.errors import InvalidInputError, NotifyAdapterClosedError
+from queuert_notify.errors import NotifyAdapterClosedError
+from queuert_notify.notify.payloads import check_count
 from queuert_notify.notify.protocol import SignalCallback, TypeNameCallback, Unsubscribe
 
 
@@ -51,8 +52,7 @@ class NoopNotifyAdapter:
 
     async def provide_wake_hint(self, type_name: str, count: int) -> None:
         self._check_open()
-        if count < 0:
-            raise InvalidInputError(f"wake hint count must be >= 0, got {count}")
+        check_count(count)
 
     async def consume_wake_hint(self, type_name: str) -> bool:
         """Always True: without a budget, waking is the safe answer."""
@@ -61,8 +61,8 @@ class NoopNotifyAdapter:
 
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
         self._check_open()
-        for type_name, count in counts.items():
-            await self.provide_wake_hint(type_name, count)
+        for count in counts.values():
+            check_count(count)
 
     async def notify_chain_completed(self, chain_id: str) -> None:
         self._check_open()

@@ -30,18 +30,13 @@ from sqlalchemy import Engine, text
 from sqlalchemy.ext.asyncio import AsyncConnection as SaAsyncConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from queuert_notify.errors import (
-    ConfigurationError,
-    InvalidInputError,
-    NotifyAdapterClosedError,
-)
+from queuert_notify.errors import ConfigurationError, NotifyAdapterClosedError
+from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
+from queuert_notify.notify.payloads import check_count, decode_payload, encode_payload
 from queuert_notify.notify.protocol import SignalCallback, TypeNameCallback, Unsubscribe
 from queuert_notify.notify.shared_listener import SharedListener
 
 logger = logging.getLogger(__name__)
-
-MAX_PAYLOAD_BYTES = 1024
-"""Longest payload (type name, chain id, job id) published or accepted, in UTF-8 bytes."""
 
 _PREFIX = re.compile(r"[A-Za-z0-9_.-]+")
 _MAX_CHANNEL_BYTES = 63  # NAMEDATALEN - 1: longer LISTEN names are truncated, pg_notify refuses
@@ -92,8 +87,9 @@ class PostgresNotifyAdapter:
     - Wake hints are not kept: ``provide_wake_hint`` does nothing and
       ``consume_wake_hint`` always returns True (``SKIP LOCKED`` sorts out who
       gets the jobs).
-    - Payloads that are empty or longer than :data:`MAX_PAYLOAD_BYTES` are
-      dropped and counted in :attr:`ignored_messages`.
+    - Payloads that are empty, longer than :data:`MAX_PAYLOAD_BYTES` or
+      holding NUL are dropped and counted in :attr:`ignored_messages`
+      (:mod:`~queuert_notify.notify.payloads`).
     - When the LISTEN connection is lost (server restart, terminated backend),
       it reconnects with backoff, LISTENs every live channel again, then runs
       the ``on_reconnect`` callbacks: notifications may have been missed.
@@ -216,7 +212,7 @@ class PostgresNotifyAdapter:
     # -- notifications -------------------------------------------------------
 
     async def notify_job_scheduled(self, type_name: str) -> None:
-        await self._publish([(self._sched, _payload("type name", type_name))])
+        await self._publish([(self._sched, encode_payload("type name", type_name))])
 
     async def listen_job_scheduled(
         self, type_names: Sequence[str], callback: TypeNameCallback
@@ -225,14 +221,14 @@ class PostgresNotifyAdapter:
         return await self._listener.add(self._sched, type_names, callback)
 
     async def notify_chain_completed(self, chain_id: str) -> None:
-        await self._publish([(self._chainc, _payload("chain id", chain_id))])
+        await self._publish([(self._chainc, encode_payload("chain id", chain_id))])
 
     async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
         await self._ready()
         return await self._listener.add(self._chainc, [chain_id], callback)
 
     async def notify_job_ownership_lost(self, job_id: str) -> None:
-        await self._publish([(self._owls, _payload("job id", job_id))])
+        await self._publish([(self._owls, encode_payload("job id", job_id))])
 
     async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
         await self._ready()
@@ -295,7 +291,8 @@ class PostgresNotifyAdapter:
 
     async def provide_wake_hint(self, type_name: str, count: int) -> None:
         """Does nothing: LISTEN/NOTIFY keeps no budgets."""
-        _check_count(count)
+        check_count(count)
+        encode_payload("type name", type_name)
         self._check_open()
 
     async def consume_wake_hint(self, type_name: str) -> bool:
@@ -315,15 +312,13 @@ class PostgresNotifyAdapter:
         chains_completed: Iterable[str],
         jobs_ownership_lost: Iterable[str],
     ) -> list[tuple[str, str]]:
-        for count in scheduled.values():
-            _check_count(count)
         messages = [
-            (self._sched, _payload("type name", name))
+            (self._sched, encode_payload("type name", name))
             for name, count in scheduled.items()
-            if count > 0
+            if check_count(count) > 0
         ]
-        messages += [(self._chainc, _payload("chain id", c)) for c in chains_completed]
-        messages += [(self._owls, _payload("job id", j)) for j in jobs_ownership_lost]
+        messages += [(self._chainc, encode_payload("chain id", c)) for c in chains_completed]
+        messages += [(self._owls, encode_payload("job id", j)) for j in jobs_ownership_lost]
         return messages
 
     async def _publish(self, messages: list[tuple[str, str]]) -> None:
@@ -483,13 +478,13 @@ class PostgresNotifyAdapter:
         for callback in list(self._reconnect_callbacks.values()):
             self._listener.run_callback(callback)
 
-    def _deliver(self, channel: str, payload: str) -> None:
-        if not payload or len(payload.encode()) > MAX_PAYLOAD_BYTES:
+    def _deliver(self, channel: str, data: str) -> None:
+        payload = decode_payload(data)
+        if payload is None:
             # Empty or oversized: a hint we cannot use. Count, never raise.
             self._ignored_messages += 1
             logger.debug(
-                "ignored a malformed notification",
-                extra={"channel": channel, "size": len(payload)},
+                "ignored a malformed notification", extra={"channel": channel, "size": len(data)}
             )
             return
         if channel == self._sched:
@@ -582,17 +577,3 @@ def _describe(conninfo: str) -> str:
     port = f":{params['port']}" if params.get("port") else ""
     dbname = f"/{params['dbname']}" if params.get("dbname") else ""
     return f"postgresql://{user}{host}{port}{dbname}"
-
-
-def _payload(what: str, value: str) -> str:
-    """Reject what receivers would drop, before it is published."""
-    if not value:
-        raise InvalidInputError(f"the {what} must not be empty")
-    if len(value.encode()) > MAX_PAYLOAD_BYTES:
-        raise InvalidInputError(f"the {what} is longer than {MAX_PAYLOAD_BYTES} bytes in UTF-8")
-    return value
-
-
-def _check_count(count: int) -> None:
-    if count < 0:
-        raise InvalidInputError(f"wake hint count must be >= 0, got {count}")

@@ -29,11 +29,13 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
 
-from queuert_notify.errors import (
-    ConfigurationError,
-    InvalidInputError,
-    NotifyAdapterClosedError,
-    mask_url,
+from queuert_notify.errors import ConfigurationError, NotifyAdapterClosedError, mask_url
+from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
+from queuert_notify.notify.payloads import (
+    check_count,
+    decode_payload,
+    decode_text,
+    encode_payload,
 )
 from queuert_notify.notify.protocol import (
     HINT_TTL_SECONDS,
@@ -47,9 +49,6 @@ if TYPE_CHECKING:
     from queuert_notify.notify.redis_cluster import RedisClusterTransport
 
 logger = logging.getLogger(__name__)
-
-MAX_PAYLOAD_BYTES = 1024
-"""Longest payload (type name, chain id, job id) published or accepted, in UTF-8 bytes."""
 
 _SCHEMES = ("redis", "rediss", "unix")
 _PREFIX = re.compile(r"[A-Za-z0-9_.-]+")
@@ -96,9 +95,10 @@ class RedisNotifyAdapter:
     - Wake budgets change atomically (Lua run by EVALSHA; a flushed or
       restarted server gets the scripts again, transparently).
       ``notify_jobs_scheduled`` is one round trip.
-    - Payloads that are empty, longer than :data:`MAX_PAYLOAD_BYTES` or not
-      UTF-8 are dropped and counted in :attr:`ignored_messages`; nothing a
-      stranger publishes can stop the subscriber.
+    - Payloads that are empty, longer than :data:`MAX_PAYLOAD_BYTES`, not
+      UTF-8 or holding NUL are dropped and counted in :attr:`ignored_messages`
+      (:mod:`~queuert_notify.notify.payloads`); nothing a stranger publishes
+      can stop the subscriber.
     - When the subscriber connection drops, it reconnects with backoff,
       Redis re-subscribes every live channel, and ``on_reconnect`` callbacks
       run (once when the loss is noticed, once when the subscription is back).
@@ -183,7 +183,7 @@ class RedisNotifyAdapter:
     @property
     def ignored_messages(self) -> int:
         """How many messages on our channels were dropped as malformed (empty,
-        oversized, not UTF-8) since the adapter was created."""
+        oversized, not UTF-8, holding NUL) since the adapter was created."""
         if self._cluster is not None:
             return self._cluster.ignored_messages
         return self._ignored_messages
@@ -266,7 +266,7 @@ class RedisNotifyAdapter:
             await self._cluster.notify_job_scheduled(type_name)
             return
         await self._ready()
-        await self._commands.publish(self._sched, _payload("type name", type_name))
+        await self._commands.publish(self._sched, encode_payload("type name", type_name))
 
     async def listen_job_scheduled(
         self, type_names: Sequence[str], callback: TypeNameCallback
@@ -281,7 +281,7 @@ class RedisNotifyAdapter:
             await self._cluster.notify_chain_completed(chain_id)
             return
         await self._ready()
-        await self._commands.publish(self._chainc, _payload("chain id", chain_id))
+        await self._commands.publish(self._chainc, encode_payload("chain id", chain_id))
 
     async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
         if self._cluster is not None:
@@ -294,7 +294,7 @@ class RedisNotifyAdapter:
             await self._cluster.notify_job_ownership_lost(job_id)
             return
         await self._ready()
-        await self._commands.publish(self._owls, _payload("job id", job_id))
+        await self._commands.publish(self._owls, encode_payload("job id", job_id))
 
     async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
         if self._cluster is not None:
@@ -323,21 +323,21 @@ class RedisNotifyAdapter:
         if self._cluster is not None:
             await self._cluster.provide_wake_hint(type_name, count)
             return
-        _check_count(count)
+        check_count(count)
+        key = hint_key(self._prefix, encode_payload("type name", type_name))
         await self._ready()
         if count == 0:
             # INCRBY 0 would create an exhausted budget and hold consumers back.
             return
-        await self._provide_script(
-            keys=[hint_key(self._prefix, type_name)], args=[count, HINT_TTL_SECONDS]
-        )
+        await self._provide_script(keys=[key], args=[count, HINT_TTL_SECONDS])
 
     async def consume_wake_hint(self, type_name: str) -> bool:
         """Take one unit; True when taken or when no budget exists, False when exhausted."""
         if self._cluster is not None:
             return await self._cluster.consume_wake_hint(type_name)
+        key = hint_key(self._prefix, encode_payload("type name", type_name))
         await self._ready()
-        taken = await self._consume_script(keys=[hint_key(self._prefix, type_name)])
+        taken = await self._consume_script(keys=[key])
         return bool(taken)
 
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
@@ -348,16 +348,19 @@ class RedisNotifyAdapter:
         if self._cluster is not None:
             await self._cluster.notify_jobs_scheduled(counts)
             return
-        for count in counts.values():
-            _check_count(count)
+        # Every name and count is checked before anything is sent.
+        scheduled = {
+            encode_payload("type name", name): count
+            for name, count in counts.items()
+            if check_count(count) > 0
+        }
         await self._ready()
-        scheduled = {name: count for name, count in counts.items() if count > 0}
         if not scheduled:
             return
         keys = [hint_key(self._prefix, name) for name in scheduled]
         args: list[str | int] = [self._sched, HINT_TTL_SECONDS]
         for name, count in scheduled.items():
-            args += [_payload("type name", name), count]
+            args += [name, count]
         await self._schedule_script(keys=keys, args=args)
 
     # -- subscriber ------------------------------------------------------------
@@ -418,7 +421,7 @@ class RedisNotifyAdapter:
 
     def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
-        channel = _text(message.get("channel"))
+        channel = decode_text(message.get("channel"))
         if channel is None:
             return
         if kind == "message":
@@ -435,11 +438,11 @@ class RedisNotifyAdapter:
                 self._fire_reconnect()
 
     def _deliver(self, channel: str, data: object) -> None:
-        size = len(data) if isinstance(data, bytes | str) else 0
-        payload = _text(data) if 0 < size <= MAX_PAYLOAD_BYTES else None
-        if payload is None or len(payload.encode()) > MAX_PAYLOAD_BYTES:
+        payload = decode_payload(data)
+        if payload is None:
             # Empty, oversized, binary or foreign: a hint we cannot use. Count, never raise.
             self._ignored_messages += 1
+            size = len(data) if isinstance(data, bytes | str) else None
             logger.debug(
                 "ignored a malformed notification", extra={"channel": channel, "size": size}
             )
@@ -506,32 +509,6 @@ def _clients_for_caller(client: object) -> tuple[str, Redis, ConnectionPool]:
 def _retry() -> Retry:
     """Retry policy of the connections the adapter opens (from_url pools retry nothing)."""
     return Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), _RETRY_ATTEMPTS)
-
-
-def _payload(what: str, value: str) -> str:
-    """Reject what receivers would drop, before it is published."""
-    if not value:
-        raise InvalidInputError(f"the {what} must not be empty")
-    if len(value.encode()) > MAX_PAYLOAD_BYTES:
-        raise InvalidInputError(f"the {what} is longer than {MAX_PAYLOAD_BYTES} bytes in UTF-8")
-    return value
-
-
-def _check_count(count: int) -> None:
-    if count < 0:
-        raise InvalidInputError(f"wake hint count must be >= 0, got {count}")
-
-
-def _text(value: object) -> str | None:
-    """``value`` as text, or None when it is not valid UTF-8 text."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    return None
 
 
 def _copy_pool(pool: ConnectionPool) -> ConnectionPool:

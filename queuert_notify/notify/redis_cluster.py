@@ -36,22 +36,14 @@ from redis.crc import key_slot
 from redis.exceptions import RedisClusterException, RedisError
 
 from queuert_notify.errors import ConfigurationError, NotifyAdapterClosedError, mask_url
+from queuert_notify.notify.payloads import check_count, decode_payload, encode_payload
 from queuert_notify.notify.protocol import (
     HINT_TTL_SECONDS,
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
 )
-from queuert_notify.notify.redis import (
-    _CONSUME_WAKE_HINT,
-    _PROVIDE_WAKE_HINT,
-    MAX_PAYLOAD_BYTES,
-    _check_count,
-    _lua,
-    _payload,
-    _retry,
-    _text,
-)
+from queuert_notify.notify.redis import _CONSUME_WAKE_HINT, _PROVIDE_WAKE_HINT, _lua, _retry
 from queuert_notify.notify.sharded_subscriber import ShardedSubscriber
 from queuert_notify.notify.shared_listener import SharedListener
 
@@ -259,34 +251,37 @@ class RedisClusterTransport:
     # -- wake hints ------------------------------------------------------------
 
     async def provide_wake_hint(self, type_name: str, count: int) -> None:
-        _check_count(count)
+        check_count(count)
+        key = cluster_hint_key(self._prefix, encode_payload("type name", type_name))
         await self._ready()
         if count == 0:
             # INCRBY 0 would create an exhausted budget and hold consumers back.
             return
-        key = cluster_hint_key(self._prefix, type_name)
         await self._provide_script(keys=[key], args=[count, HINT_TTL_SECONDS])
 
     async def consume_wake_hint(self, type_name: str) -> bool:
+        key = cluster_hint_key(self._prefix, encode_payload("type name", type_name))
         await self._ready()
-        taken = await self._consume_script(keys=[cluster_hint_key(self._prefix, type_name)])
+        taken = await self._consume_script(keys=[key])
         return bool(taken)
 
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
         """Provide every budget, then announce every type: one script per hash slot,
         all sent at once. Types with a count of 0 are skipped."""
-        for count in counts.values():
-            _check_count(count)
+        # Every name and count is checked before anything is sent.
+        scheduled = {
+            encode_payload("type name", name): count
+            for name, count in counts.items()
+            if check_count(count) > 0
+        }
         await self._ready()
         by_slot: dict[int, tuple[list[str], list[str | int]]] = {}
-        for type_name, count in counts.items():
-            if count == 0:
-                continue
+        for type_name, count in scheduled.items():
             key = cluster_hint_key(self._prefix, type_name)
             keys, args = by_slot.setdefault(key_slot(key.encode()), ([], [HINT_TTL_SECONDS]))
             keys.append(key)
             channel = cluster_name(self._prefix, "sched", type_name)
-            args += [channel, _payload("type name", type_name), count]
+            args += [channel, type_name, count]
         results = await asyncio.gather(
             *(self._schedule_script(keys=keys, args=args) for keys, args in by_slot.values()),
             return_exceptions=True,
@@ -299,16 +294,16 @@ class RedisClusterTransport:
     # -- delivery --------------------------------------------------------------
 
     async def _publish(self, kind: str, what: str, value: str) -> None:
+        payload = encode_payload(what, value)
         await self._ready()
-        channel = cluster_name(self._prefix, kind, value)
-        await self._commands.spublish(channel, _payload(what, value))
+        await self._commands.spublish(cluster_name(self._prefix, kind, value), payload)
 
     def _deliver(self, channel: str, data: object) -> None:
-        size = len(data) if isinstance(data, bytes | str) else 0
-        payload = _text(data) if 0 < size <= MAX_PAYLOAD_BYTES else None
-        if payload is None or len(payload.encode()) > MAX_PAYLOAD_BYTES:
+        payload = decode_payload(data)
+        if payload is None:
             # Empty, oversized, binary or foreign: a hint we cannot use. Count, never raise.
             self._ignored_messages += 1
+            size = len(data) if isinstance(data, bytes | str) else None
             logger.debug(
                 "ignored a malformed notification", extra={"channel": channel, "size": size}
             )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from queuert_notify.connection_loss import retry_on_connection_loss
 from queuert_notify.errors import InvalidInputError, NotifyAdapterClosedError, WaitChainTimeoutError
 from queuert_notify.hooks import (
     NotificationBuffer,
@@ -91,6 +92,10 @@ class Client:
     ``async with Client(state=..., notify=...)`` connects the notify adapter on enter
     and closes it on exit (the state adapter and its engine stay the caller's). Workers
     built on this client use the same adapters, so keep the client open while they run.
+
+    A call that runs in a transaction of its own (no ``session=``) is repeated, with
+    backoff, when its database connection is lost under it; in the caller's session it
+    is not (that transaction died with the connection: the caller retries it whole).
     """
 
     def __init__(self, *, state: StateAdapter, notify: NotifyAdapter) -> None:
@@ -204,7 +209,7 @@ class Client:
             while True:
                 # Cleared before each read: a signal arriving during the read re-sets it.
                 signal.clear()
-                chain = await self.state.get_chain(chain_id)
+                chain = await self.get_chain(chain_id)
                 if chain.status in FINAL_STATUSES:
                     return chain
                 wait = poll_interval
@@ -249,11 +254,11 @@ class Client:
 
     async def get_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
         """The chain as stored now; raises ``ChainNotFoundError``."""
-        return await self.state.get_chain(chain_id, session=session)
+        return await self._read(session, lambda: self.state.get_chain(chain_id, session=session))
 
     async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
         """The job as stored now; raises ``JobNotFoundError``."""
-        return await self.state.get_job(job_id, session=session)
+        return await self._read(session, lambda: self.state.get_job(job_id, session=session))
 
     async def list_chains(
         self,
@@ -264,8 +269,11 @@ class Client:
         after: str | None = None,
     ) -> Page:
         """Chains newest first; pass ``page.next_cursor`` as ``after`` for the next page."""
-        return await self.state.list_chains(
-            status=status, type_name=type_name, limit=limit, after=after
+        return await self._read(
+            None,
+            lambda: self.state.list_chains(
+                status=status, type_name=type_name, limit=limit, after=after
+            ),
         )
 
     async def list_jobs(
@@ -278,13 +286,16 @@ class Client:
         after: str | None = None,
     ) -> Page:
         """Jobs newest first (in chain order inside one chain), keyset-paginated."""
-        return await self.state.list_jobs(
-            chain_id=chain_id, status=status, type_name=type_name, limit=limit, after=after
+        return await self._read(
+            None,
+            lambda: self.state.list_jobs(
+                chain_id=chain_id, status=status, type_name=type_name, limit=limit, after=after
+            ),
         )
 
     async def count_jobs(self, *, type_names: Sequence[str] | None = None) -> Mapping[str, int]:
         """Number of jobs per status."""
-        return await self.state.count_jobs(type_names=type_names)
+        return await self._read(None, lambda: self.state.count_jobs(type_names=type_names))
 
     # -- acting on chains ------------------------------------------------------------
 
@@ -319,7 +330,12 @@ class Client:
         are blocked on it."""
         await self.state.delete_chain(chain_id, session=session)
 
-    # -- notifications ---------------------------------------------------------------
+    # -- state calls -----------------------------------------------------------------
+
+    async def _read(self, session: CallerSession, read: Callable[[], Awaitable[T]]) -> T:
+        if session is not None:
+            return await read()
+        return await retry_on_connection_loss(read, what="a read")
 
     async def _write(
         self,
@@ -329,10 +345,14 @@ class Client:
         if session is not None:
             # Published by the buffer after the caller's COMMIT, dropped on rollback.
             return await write(buffer_for_transaction(session, self.notify))
+        # The adapter adds to ``notes`` only when a write succeeded: one buffer serves
+        # every attempt.
         notes = NotificationBuffer()
-        result = await write(notes)
+        result = await retry_on_connection_loss(lambda: write(notes), what="a write")
         await self.flush(notes)
         return result
+
+    # -- notifications ---------------------------------------------------------------
 
     async def flush(self, notes: NotificationBuffer) -> None:
         """Publish ``notes`` now. The change is already committed and notifications are

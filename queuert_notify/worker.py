@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from queuert_notify.client import Client
 from queuert_notify.completion_batcher import CompletionBatcher, CompletionResult
+from queuert_notify.connection_loss import retry_on_connection_loss
 from queuert_notify.errors import InvalidInputError, JobOwnershipLostError
 from queuert_notify.events import EventKind, WorkerEvent
 from queuert_notify.hooks import (
@@ -33,6 +34,7 @@ from queuert_notify.hooks import (
     wait_for_notifications,
 )
 from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
+from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
 from queuert_notify.validation import check_json
 from state_adapters.protocol import Completion, ContinueWith, JobRecord
@@ -98,6 +100,7 @@ class Worker:
         on_event: Callable[[WorkerEvent], object] | None = None,
         completion_batch_size: int = 100,
         completion_linger: float = 0.002,
+        loop_lag_threshold: float | None = 0.5,
     ) -> None:
         """
         ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter``
@@ -107,7 +110,8 @@ class Worker:
         exponential backoff; ``reap_interval``: how often an idle worker returns expired
         leases to pending (default ``lease / 2``); ``on_event``: called with a
         :class:`WorkerEvent` for every started/completed/retried/failed/ownership_lost/
-        reaped/progress.
+        reaped/progress/loop_blocked; ``loop_lag_threshold``: seconds the event loop may
+        be blocked before a warning names the running jobs (``None``: no watchdog).
         """
         _check_positive("concurrency", concurrency, integer=True)
         _check_positive("poll_interval", poll_interval)
@@ -118,6 +122,8 @@ class Worker:
             _check_positive("handler_timeout", handler_timeout)
         if reap_interval is not None:
             _check_positive("reap_interval", reap_interval)
+        if loop_lag_threshold is not None:
+            _check_positive("loop_lag_threshold", loop_lag_threshold)
         if not 0 <= jitter < 1:
             raise InvalidInputError(f"jitter must be a fraction in [0, 1), got {jitter!r}")
         if mode not in ("atomic", "staged"):
@@ -146,6 +152,11 @@ class Worker:
         )
         self._batch_size = completion_batch_size
         self._linger = completion_linger
+        self._watchdog = (
+            LoopWatchdog(loop_lag_threshold, on_lag=self._on_loop_lag, active=self._running_ids)
+            if loop_lag_threshold is not None
+            else None
+        )
 
         self._runs: dict[str, _Run] = {}  # lease token -> run
         self._wake = asyncio.Event()
@@ -219,6 +230,8 @@ class Worker:
             self._check_pool_size()
             subscriptions = await self._subscribe()
             self._started.set()
+            if self._watchdog is not None:
+                self._watchdog.start()
             logger.info(
                 "worker started",
                 extra={"worker_id": self.worker_id, "type_names": list(self.type_names)},
@@ -240,6 +253,8 @@ class Worker:
                 except Exception:
                     logger.warning("unsubscribe failed on worker stop", exc_info=True)
             await self._batcher.close()
+            if self._watchdog is not None:
+                await self._watchdog.close()
             # Completions committed in handler sessions publish from after-commit tasks.
             await wait_for_notifications()
             for signum in installed:
@@ -630,8 +645,13 @@ class Worker:
             if session is not None:
                 outcome = await self._complete_in_session(session, completion)
             else:
-                assert self._batcher is not None
-                outcome = await self._batcher.complete(completion)
+                batcher = self._batcher
+                assert batcher is not None
+                # Fenced by the lease token: a repeat after a commit that did land is
+                # refused and changes nothing.
+                outcome = await retry_on_connection_loss(
+                    lambda: batcher.complete(completion), what="completing a job"
+                )
         except Exception as exc:
             if session is not None:
                 # Usually the handler's own writes (an IntegrityError flushed at COMMIT):
@@ -685,8 +705,11 @@ class Worker:
         retry_delay = self.retry_backoff(job.attempt) if self.retry_backoff else None
         notes = NotificationBuffer()
         try:
-            outcome = await self.client.state.fail_job(
-                job.id, run.lease_token, error, notes=notes, retry_delay=retry_delay
+            outcome = await retry_on_connection_loss(
+                lambda: self.client.state.fail_job(
+                    job.id, run.lease_token, error, notes=notes, retry_delay=retry_delay
+                ),
+                what="recording a failed attempt",
             )
         except JobOwnershipLostError as lost:
             self._emit("ownership_lost", job, error=str(lost))
@@ -714,6 +737,23 @@ class Worker:
                 extra=_job_extra(job, self.worker_id),
             )
             self._emit("failed", job, error=summary)
+
+    # -- a blocked event loop --------------------------------------------------------
+
+    def _running_ids(self) -> list[str]:
+        return [run.job.id for run in self._runs.values()]
+
+    def _on_loop_lag(self, lag: float, job_ids: frozenset[str]) -> None:
+        running = sorted(job_ids)
+        logger.warning(
+            "event loop blocked for %.2fs while jobs %s were running; a handler is probably "
+            "doing blocking work in an async def (make it a plain def, which runs in a "
+            "thread, or wrap the blocking call in asyncio.to_thread)",
+            lag,
+            ", ".join(running) or "(none)",
+            extra={"worker_id": self.worker_id, "job_ids": running, "lag": lag},
+        )
+        self._emit("loop_blocked", lag=lag, job_ids=tuple(running))
 
     # -- events ----------------------------------------------------------------------
 

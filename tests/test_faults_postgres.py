@@ -1,0 +1,146 @@
+"""Killed Postgres backends (``pg_terminate_backend``) mid-run: workers and the client
+retry and carry on; no job is lost and none completes twice."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import func, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from queuert_notify.client import ChainSpec, Client
+from queuert_notify.events import WorkerEvent
+from queuert_notify.jobs import Job, JobContext
+from queuert_notify.notify.in_process import InProcessNotifyAdapter
+from queuert_notify.worker import Worker, WorkerMode
+from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+from tests.e2e_app import effects_table
+from tests.queue_helpers import drop_tables
+from tests.test_postgres_notify import libpq_dsn
+
+
+class BackendKiller:
+    """Terminates, every ``interval`` seconds, the backends of one application_name
+    (this test's own sessions, never anyone else's) and counts them."""
+
+    def __init__(self, postgres_url: str, application_name: str, interval: float) -> None:
+        self.postgres_url = postgres_url
+        self.application_name = application_name
+        self.interval = interval
+        self.killed = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> BackendKiller:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _run(self) -> None:
+        async with await psycopg.AsyncConnection.connect(
+            libpq_dsn(self.postgres_url), autocommit=True, application_name="queuert-killer"
+        ) as admin:
+            while True:
+                await asyncio.sleep(self.interval)
+                cursor = await admin.execute(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "
+                    "FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()",
+                    (self.application_name,),
+                )
+                row = await cursor.fetchone()
+                self.killed += int(row[0]) if row else 0
+
+
+@pytest.fixture
+async def engine(postgres_url: str, prefix: str) -> AsyncIterator[AsyncEngine]:
+    """An engine whose sessions carry this test's application_name, so the killer
+    terminates only them."""
+    engine = create_async_engine(
+        postgres_url, connect_args={"application_name": prefix}, pool_size=12
+    )
+    try:
+        yield engine
+    finally:
+        await drop_tables(engine, f"{prefix}_")
+        await engine.dispose()
+
+
+def _worker(client: Client, worker_id: str, mode: WorkerMode, handler: Any, events: Any) -> Worker:
+    return Worker(
+        client,
+        {"effect": handler},
+        worker_id=worker_id,
+        mode=mode,
+        concurrency=4,
+        lease=3,
+        poll_interval=0.5,
+        on_event=events.append,
+    )
+
+
+@pytest.mark.parametrize("mode", ["atomic", "staged"])
+async def test_killed_backends_mid_run_lose_no_job_and_complete_none_twice(
+    engine: AsyncEngine, postgres_url: str, prefix: str, mode: WorkerMode
+) -> None:
+    table_prefix = f"{prefix}_"
+    state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
+    await state.migrate()
+    effects = effects_table(table_prefix)
+    async with engine.begin() as conn:
+        await conn.run_sync(effects.create)
+    events: list[WorkerEvent] = []
+
+    async def effect(job: Job, ctx: JobContext) -> dict[str, Any]:
+        await asyncio.sleep(0.005)
+        if mode == "atomic":
+            # Commits with the completion, or not at all.
+            await ctx.session.execute(
+                insert(effects).values(job_id=job.id, worker_id=ctx.worker_id)
+            )
+        return {"n": job.input["n"]}
+
+    total, chunk = 400, 20
+    async with (
+        Client(state=state, notify=InProcessNotifyAdapter()) as client,
+        _worker(client, "a", mode, effect, events),
+        _worker(client, "b", mode, effect, events),
+        BackendKiller(postgres_url, prefix, interval=0.3) as killer,
+    ):
+        # The client's own writes and reads ride through the kills too.
+        chains = []
+        for start in range(0, total, chunk):
+            chains += await client.start_chains(
+                [ChainSpec("effect", {"n": n}) for n in range(start, start + chunk)]
+            )
+            await asyncio.sleep(0.05)
+        done = [
+            await client.await_chain(chain.id, timeout=30, poll_interval=0.5) for chain in chains
+        ]
+        kills = killer.killed
+
+    assert kills >= 10, "the test must kill backends while jobs flow"
+    assert [chain.output for chain in done] == [{"n": n} for n in range(total)]
+    assert {status: n for status, n in (await client.count_jobs()).items() if n} == {
+        "completed": total
+    }
+    completions = Counter(e.job_id for e in events if e.kind == "completed")
+    assert len(completions) == total
+    assert set(completions.values()) == {1}, "a job completed twice"
+    if mode == "atomic":
+        async with engine.connect() as conn:
+            rows, distinct = (
+                await conn.execute(
+                    select(func.count(), func.count(func.distinct(effects.c.job_id)))
+                )
+            ).one()
+        assert (rows, distinct) == (total, total)

@@ -17,7 +17,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from queuert_notify.connection_loss import retry_on_connection_loss
-from queuert_notify.errors import InvalidInputError, NotifyAdapterClosedError, WaitChainTimeoutError
+from queuert_notify.errors import (
+    ConfigurationError,
+    InvalidInputError,
+    NotifyAdapterClosedError,
+    WaitChainTimeoutError,
+)
 from queuert_notify.hooks import (
     NotificationBuffer,
     buffer_for_transaction,
@@ -93,14 +98,23 @@ class Client:
     and closes it on exit (the state adapter and its engine stay the caller's). Workers
     built on this client use the same adapters, so keep the client open while they run.
 
+    When the notify server does not answer at ``connect()``, the client works without
+    notifications (they are hints: workers poll) and logs a warning; each later call
+    tries the server again, and a worker keeps retrying its subscriptions until they
+    succeed. With ``require_notify=True``, ``connect()`` (and so ``Worker.run()``)
+    raises the adapter's ``ConfigurationError`` naming the address instead.
+
     A call that runs in a transaction of its own (no ``session=``) is repeated, with
     backoff, when its database connection is lost under it; in the caller's session it
     is not (that transaction died with the connection: the caller retries it whole).
     """
 
-    def __init__(self, *, state: StateAdapter, notify: NotifyAdapter) -> None:
+    def __init__(
+        self, *, state: StateAdapter, notify: NotifyAdapter, require_notify: bool = False
+    ) -> None:
         self.state = state
         self.notify = notify
+        self.require_notify = require_notify
 
     async def __aenter__(self) -> Client:
         await self.connect()
@@ -110,8 +124,18 @@ class Client:
         await self.close()
 
     async def connect(self) -> None:
-        """Connect the notify adapter (idempotent)."""
-        await self.notify.connect()
+        """Connect the notify adapter (idempotent); an unreachable server is logged, or
+        raised as ``ConfigurationError`` with ``require_notify=True``."""
+        try:
+            await self.notify.connect()
+        except ConfigurationError as exc:
+            if self.require_notify:
+                raise
+            logger.warning(
+                "notify adapter unreachable; working without notifications (workers poll) "
+                "until it answers: %s",
+                exc,
+            )
 
     async def close(self) -> None:
         """Publish what committed transactions still owe, then close the notify adapter

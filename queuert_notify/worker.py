@@ -26,7 +26,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from queuert_notify.client import Client
 from queuert_notify.completion_batcher import CompletionBatcher, CompletionResult
 from queuert_notify.connection_loss import retry_on_connection_loss
-from queuert_notify.errors import InvalidInputError, JobOwnershipLostError
+from queuert_notify.errors import (
+    InvalidInputError,
+    JobOwnershipLostError,
+    NotifyAdapterClosedError,
+)
 from queuert_notify.events import EventKind, WorkerEvent
 from queuert_notify.hooks import (
     NotificationBuffer,
@@ -49,6 +53,7 @@ WorkerMode = Literal["atomic", "staged"]
 _MIN_IDLE_SLEEP = 0.01
 """Floor of a sleep computed from a due time, so clock skew cannot make a hot loop."""
 _MAX_ERROR_BACKOFF = 30.0
+_RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
 _MAX_ERROR_TEXT = 8000
 
 
@@ -75,6 +80,10 @@ class Worker:
     SIGTERM/SIGINT under ``run()`` in the main thread) it claims nothing new, lets
     running handlers finish for up to ``drain_timeout`` seconds, cancels the rest
     (their leases expire and the jobs are retried) and leaves no task behind.
+
+    A notify server that does not answer at start does not stop the worker: it polls
+    every ``poll_interval`` and subscribes once the server answers (unless the client
+    was built with ``require_notify=True``: then ``run()`` raises ConfigurationError).
 
     ``mode="atomic"``: ``ctx.session`` is an ``AsyncSession`` whose transaction the
     completion and any ``continue_with`` commit in. ``mode="staged"``: the handler runs
@@ -166,6 +175,7 @@ class Worker:
         self._started = asyncio.Event()
         self._done = asyncio.Event()
         self._hint_tasks: set[asyncio.Task[None]] = set()
+        self._resubscriber: asyncio.Task[None] | None = None
         self._batcher: CompletionBatcher | None = None
         self._run_task: asyncio.Task[None] | None = None
         self._last_reap = float("-inf")
@@ -228,7 +238,21 @@ class Worker:
         try:
             await self.client.connect()
             self._check_pool_size()
-            subscriptions = await self._subscribe()
+            try:
+                subscriptions.extend(await self._subscribe())
+            except Exception as exc:
+                if self.client.require_notify or isinstance(exc, NotifyAdapterClosedError):
+                    raise
+                logger.warning(
+                    "cannot listen for wakeups; polling every %.1fs until the notify "
+                    "adapter answers: %s",
+                    self.poll_interval,
+                    exc,
+                    extra={"worker_id": self.worker_id},
+                )
+                self._resubscriber = asyncio.create_task(
+                    self._subscribe_when_reachable(subscriptions)
+                )
             self._started.set()
             if self._watchdog is not None:
                 self._watchdog.start()
@@ -239,6 +263,9 @@ class Worker:
             await self._loop()
             await self._drain()
         finally:
+            if self._resubscriber is not None:
+                self._resubscriber.cancel()
+                await asyncio.gather(self._resubscriber, return_exceptions=True)
             if self._runs:
                 self._cancel_handlers("worker stopped")
                 await asyncio.gather(
@@ -345,6 +372,26 @@ class Worker:
                     await unsubscribe()
             raise
         return subscriptions
+
+    async def _subscribe_when_reachable(self, subscriptions: list[Unsubscribe]) -> None:
+        """Retry the subscriptions with backoff until they succeed (adding them to
+        ``subscriptions``), then poll at once: jobs may have been announced meanwhile."""
+        delay = _RESUBSCRIBE_FIRST_DELAY
+        while True:
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, _RESUBSCRIBE_MAX_DELAY)
+            try:
+                subscriptions.extend(await self._subscribe())
+            except NotifyAdapterClosedError:
+                return
+            except Exception as exc:
+                logger.debug("notify adapter still unreachable: %s", exc)
+                continue
+            logger.info(
+                "notify adapter answers; listening for wakeups", extra={"worker_id": self.worker_id}
+            )
+            self._on_reconnect()
+            return
 
     def _free_slots(self) -> int:
         return self.concurrency - len(self._runs)

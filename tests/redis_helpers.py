@@ -1,6 +1,9 @@
-"""Redis helpers for tests: clean up only the keys a test's own prefix created."""
+"""Redis helpers for tests: clean up only the keys a test's own prefix created; wait
+for subscribers the server itself counts."""
 
 from __future__ import annotations
+
+import asyncio
 
 from redis.asyncio import Redis
 
@@ -14,3 +17,16 @@ async def delete_prefix(url: str, prefix: str) -> None:
             await client.delete(*keys)
     finally:
         await client.aclose()
+
+
+async def wait_for_subscribers(url: str, channel: str, count: int, within: float) -> None:
+    """Wait until ``channel`` has ``count`` subscribers on the server at ``url``."""
+    admin = Redis.from_url(url)
+    try:
+        async with asyncio.timeout(within):
+            while True:  # polling the server's own count; there is no event to wait on
+                if dict(await admin.pubsub_numsub(channel))[channel.encode()] == count:
+                    return
+                await asyncio.sleep(0.05)
+    finally:
+        await admin.aclose()

@@ -9,20 +9,8 @@ from redis.asyncio import Redis
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES, channel_name
 from queuert_notify.testing import Recorder
-from tests.redis_helpers import delete_prefix
+from tests.redis_helpers import delete_prefix, wait_for_subscribers
 from tests.services import OwnServer
-
-
-async def _wait_for_subscribers(url: str, channel: str, count: int, within: float) -> None:
-    admin = Redis.from_url(url)
-    try:
-        async with asyncio.timeout(within):
-            while True:  # polling the server's own count; there is no event to wait on
-                if dict(await admin.pubsub_numsub(channel))[channel.encode()] == count:
-                    return
-                await asyncio.sleep(0.05)
-    finally:
-        await admin.aclose()
 
 
 async def test_after_a_server_restart_the_subscriber_resubscribes_and_fires_on_reconnect(
@@ -42,8 +30,8 @@ async def test_after_a_server_restart_the_subscriber_resubscribes_and_fires_on_r
         assert len(reconnects.calls) == lost_signals, "one signal per outage, not per retry"
 
         await asyncio.to_thread(private_redis.start)
-        await _wait_for_subscribers(private_redis.url, channel_name(prefix, "sched"), 1, 15.0)
-        await _wait_for_subscribers(private_redis.url, channel_name(prefix, "chainc"), 1, 5.0)
+        await wait_for_subscribers(private_redis.url, channel_name(prefix, "sched"), 1, 15.0)
+        await wait_for_subscribers(private_redis.url, channel_name(prefix, "chainc"), 1, 5.0)
         await reconnects.wait_for(lost_signals + 1, within=5.0)  # restored: poll again
 
         # Scripts are gone from the restarted server: reloaded transparently.

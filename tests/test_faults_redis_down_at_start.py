@@ -1,0 +1,92 @@
+"""Redis unreachable when a worker starts: by default the worker runs on polling alone,
+says so in a warning, and listens for wakeups once Redis answers; with
+``Client(require_notify=True)`` it refuses to start, naming the address."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queuert_notify import Client, ConfigurationError, RedisNotifyAdapter, Worker
+from queuert_notify.jobs import Job, JobContext
+from queuert_notify.notify.redis import channel_name
+from tests.queue_helpers import other_tasks
+from tests.redis_helpers import wait_for_subscribers
+from tests.services import OwnServer, own_redis_server
+
+pytest_plugins = ["tests.queue_fixtures"]
+
+PASSWORD = "s3cret-pw"
+
+
+@pytest.fixture
+def down_redis(tmp_path: Path) -> Iterator[OwnServer]:
+    """A password-protected redis-server of this test's own, stopped: the test starts it."""
+    for server in own_redis_server(tmp_path, "--requirepass", PASSWORD):
+        server.kill()
+        yield server
+
+
+def _url(server: OwnServer) -> str:
+    return f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+
+async def test_worker_starts_on_polling_alone_then_listens_once_redis_answers(
+    down_redis: OwnServer, state: Any, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    started: dict[str, float] = {}
+
+    async def ping(job: Job, ctx: JobContext) -> None:
+        started[job.chain_id] = time.perf_counter()
+
+    url = _url(down_redis)
+    enqueuer = Client(state=state, notify=RedisNotifyAdapter(url, prefix=prefix))
+    worker_client = Client(state=state, notify=RedisNotifyAdapter(url, prefix=prefix))
+    caplog.set_level(logging.WARNING)
+    # jitter=0: without a wakeup, a job waits for the next 2 s tick of the poll timer.
+    worker = Worker(worker_client, {"ping": ping}, poll_interval=2.0, jitter=0)
+    async with enqueuer, worker_client, worker:
+        [warning] = [r for r in caplog.records if "cannot listen for wakeups" in r.getMessage()]
+        assert f"127.0.0.1:{down_redis.port}" in warning.getMessage()
+
+        # Redis is down: the job is found by the poll timer.
+        chain = await enqueuer.start_chain("ping")
+        done = await enqueuer.await_chain(chain.id, timeout=10, poll_interval=0.1)
+        assert done.status == "completed"
+
+        await asyncio.to_thread(down_redis.start)
+        await wait_for_subscribers(url, channel_name(prefix, "sched"), 1, within=15.0)
+        latencies = []
+        for _ in range(5):
+            before = time.perf_counter()
+            chain = await enqueuer.start_chain("ping")
+            await enqueuer.await_chain(chain.id, timeout=10, poll_interval=0.1)
+            latencies.append(started[chain.id] - before)
+    assert max(latencies) < 0.2, latencies
+    assert PASSWORD not in caplog.text
+
+
+async def test_with_require_notify_a_worker_refuses_to_start_and_names_the_address(
+    down_redis: OwnServer, state: Any, prefix: str
+) -> None:
+    before = other_tasks()
+    notify = RedisNotifyAdapter(_url(down_redis), prefix=prefix)
+    client = Client(state=state, notify=notify, require_notify=True)
+    worker = Worker(client, {"ping": lambda job, ctx: None})
+
+    with pytest.raises(ConfigurationError) as raised:
+        await worker.run(handle_signals=False)
+    message = str(raised.value)
+    assert f"redis://:***@127.0.0.1:{down_redis.port}/0" in message
+    assert PASSWORD not in message
+    with pytest.raises(ConfigurationError):
+        async with client:
+            pass
+    await notify.close()
+    assert other_tasks() == before

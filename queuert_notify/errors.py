@@ -6,6 +6,8 @@ credentials (URLs are shown with their password masked).
 
 from __future__ import annotations
 
+import re
+
 
 class QueuertError(Exception):
     """Base class of every error raised by queuert-notify."""
@@ -47,16 +49,32 @@ class ChainInUseError(QueuertError):
     """A chain cannot be deleted because other jobs are still blocked on it."""
 
 
-def mask_url(url: str) -> str:
-    """Return ``url`` with any password replaced by ``***`` (for messages and logs)."""
-    from urllib.parse import urlsplit, urlunsplit
+def mask_url(url: str, *, user_is_secret: bool = False) -> str:
+    """Return ``url`` with its password replaced by ``***`` (for messages and logs).
 
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    netloc = f"{user}:***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    Masks the password of the authority (``user:secret@host``) and ``password=``
+    query parameters; with ``user_is_secret`` (NATS, where ``token@host`` is a
+    token) a lone user name too. Never raises: a URL it cannot take apart is
+    shown as its scheme only.
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        scheme = url.partition("://")[0] if "://" in url else ""
+        return f"{scheme}://<unparseable URL>" if scheme.isalnum() else "<unparseable URL>"
+    masked = url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    if userinfo:
+        user, colon, _password = userinfo.partition(":")
+        if colon or user_is_secret:
+            shown = f"{user}:***" if colon and not user_is_secret else "***"
+            masked = masked.replace(parts.netloc, f"{shown}@{host}", 1)
+    if parts.query:
+        query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
+        masked = masked.replace(f"?{parts.query}", f"?{query}", 1)
+    return masked
+
+
+_QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)

@@ -1,8 +1,19 @@
-"""Argument checks shared by ``Client.start_chain`` and ``JobContext.continue_with``.
+"""Argument checks shared by ``Client.start_chain``, ``JobContext.continue_with``,
+handler outputs and the state adapter.
 
 Everything here runs before any write: a rejected argument raises
 :class:`~queuert_notify.errors.InvalidInputError` and leaves the database and
-the notify transport untouched.
+the notify transport untouched. What passes is stored by every supported
+database (Postgres and SQLite) and read back equal, so no value fails halfway
+through a write or comes back changed:
+
+- text (type names, dedup keys, chain ids and every string inside JSON) is
+  valid Unicode without NUL characters, which Postgres cannot store;
+- JSON is strict: no NaN or Infinity, object keys are strings (``{1: x}``
+  would come back as ``{"1": x}``), integers fit in 64 bits, nesting is at
+  most :data:`MAX_JSON_DEPTH` deep. Tuples are stored as lists;
+- numbers stored in SQL ``INTEGER`` columns (priority, max_attempts) fit in
+  32 bits; delays and windows are at most :data:`MAX_SECONDS`.
 """
 
 from __future__ import annotations
@@ -19,28 +30,122 @@ from state_adapters.protocol import NewChain, NewJob
 MAX_TYPE_NAME_LENGTH = 200
 MAX_DEDUP_KEY_LENGTH = 255
 DEDUP_SCOPES = ("incomplete", "ever")
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of lists and objects accepted in a JSON value."""
+JSON_INT_MIN, JSON_INT_MAX = -(2**63), 2**63 - 1
+"""Integers in JSON: SQLite turns a larger top-level integer into a float."""
+SQL_INT_MIN, SQL_INT_MAX = -(2**31), 2**31 - 1
+"""Range of the SQL ``INTEGER`` columns priority and max_attempts."""
+MAX_SECONDS = 1000 * 365 * 24 * 3600.0
+"""Longest delay or dedup window (about 1000 years): far beyond any job's life, and
+short enough that the instant it names is a valid datetime."""
+
+
+def check_text(value: str, what: str) -> str:
+    """Return the string ``value`` if every database can store it: valid Unicode
+    (no lone surrogates) without NUL characters."""
+    if "\x00" in value:
+        raise InvalidInputError(
+            f"{what} contains a NUL character (\\x00), which Postgres cannot store"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{what} is not valid Unicode: lone surrogate {value[exc.start]!r} at "
+            f"position {exc.start}"
+        ) from None
+    return value
 
 
 def check_type_name(type_name: object) -> str:
-    """Return ``type_name`` if it is a non-empty string of sane length."""
+    """Return ``type_name`` if it is a non-empty, storable string of sane length."""
     if not isinstance(type_name, str) or not type_name.strip():
         raise InvalidInputError(f"type_name must be a non-empty string, got {type_name!r}")
     if len(type_name) > MAX_TYPE_NAME_LENGTH:
         raise InvalidInputError(
             f"type_name is {len(type_name)} characters long; the limit is {MAX_TYPE_NAME_LENGTH}"
         )
-    return type_name
+    return check_text(type_name, "type_name")
+
+
+def check_dedup_key(dedup_key: object) -> str | None:
+    """Return ``dedup_key`` if it is None or a non-empty, storable string of at most
+    :data:`MAX_DEDUP_KEY_LENGTH` characters."""
+    if dedup_key is None:
+        return None
+    if not isinstance(dedup_key, str) or not dedup_key:
+        raise InvalidInputError(f"dedup_key must be None or a non-empty string, got {dedup_key!r}")
+    if len(dedup_key) > MAX_DEDUP_KEY_LENGTH:
+        raise InvalidInputError(
+            f"dedup_key is {len(dedup_key)} characters long; the limit is {MAX_DEDUP_KEY_LENGTH}"
+        )
+    return check_text(dedup_key, "dedup_key")
 
 
 def check_json(value: Any, what: str) -> Any:
-    """Return ``value`` if it round-trips through strict JSON (no NaN/Infinity)."""
+    """Return ``value`` if every database stores it as JSON and reads it back equal
+    (tuples come back as lists); the error names the offending place, e.g.
+    ``input["items"][3]``."""
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(
             f"{what} must be JSON-serializable (dict, list, str, int, float, bool, None): {exc}"
         ) from None
+    except RecursionError:
+        raise InvalidInputError(
+            f"{what} is nested more than {MAX_JSON_DEPTH} levels deep"
+        ) from None
+    # json.dumps accepted it, so it is a tree of dicts, lists, tuples and scalars
+    # (no cycles); walk it without recursion for what JSON allows but a database
+    # would refuse or change.
+    stack: list[tuple[Any, str, int]] = [(value, what, 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, str):
+            check_text(node, path)
+        elif isinstance(node, int) and not isinstance(node, bool):
+            if not JSON_INT_MIN <= node <= JSON_INT_MAX:
+                raise InvalidInputError(
+                    f"{path} is an integer outside 64 bits ({node}); send it as a string"
+                )
+        elif isinstance(node, dict | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                raise InvalidInputError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+            if isinstance(node, dict):
+                for key, item in node.items():
+                    if not isinstance(key, str):
+                        raise InvalidInputError(
+                            f"{path} has the key {key!r} ({type(key).__name__}); JSON object "
+                            "keys must be strings"
+                        )
+                    check_text(key, f"a key of {path}")
+                    stack.append((item, f"{path}[{key!r}]", depth + 1))
+            else:
+                stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node))
     return value
+
+
+def check_seconds(value: object, what: str, *, allow_zero: bool) -> float:
+    """Return ``value`` if it is a finite number of seconds, at most :data:`MAX_SECONDS`,
+    and > 0 (or >= 0 with ``allow_zero``)."""
+    lowest = ">= 0" if allow_zero else "> 0"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not allow_zero)
+    ):
+        raise InvalidInputError(
+            f"{what} must be a finite number of seconds {lowest}, got {value!r}"
+        )
+    if value > MAX_SECONDS:
+        raise InvalidInputError(
+            f"{what} is {value!r} seconds; the limit is {MAX_SECONDS:.0f} (about 1000 years)"
+        )
+    return float(value)
 
 
 def resolve_run_at(run_at: datetime | None, delay: float | None) -> datetime | None:
@@ -48,14 +153,8 @@ def resolve_run_at(run_at: datetime | None, delay: float | None) -> datetime | N
     if run_at is not None and delay is not None:
         raise InvalidInputError("pass either run_at or delay, not both")
     if delay is not None:
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, int | float)
-            or not math.isfinite(delay)
-            or delay < 0
-        ):
-            raise InvalidInputError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        return datetime.now(UTC) + timedelta(seconds=delay) if delay > 0 else None
+        seconds = check_seconds(delay, "delay", allow_zero=True)
+        return datetime.now(UTC) + timedelta(seconds=seconds) if seconds > 0 else None
     if run_at is not None:
         if not isinstance(run_at, datetime):
             raise InvalidInputError(f"run_at must be a datetime, got {type(run_at).__name__}")
@@ -64,21 +163,39 @@ def resolve_run_at(run_at: datetime | None, delay: float | None) -> datetime | N
                 "run_at must be timezone-aware (e.g. datetime.now(UTC) + timedelta(...)); "
                 "a naive datetime is ambiguous"
             )
-        return run_at.astimezone(UTC)
+        try:
+            return run_at.astimezone(UTC)
+        except OverflowError:
+            raise InvalidInputError(f"run_at {run_at!r} is outside the years 1 to 9999") from None
     return None
 
 
 def check_priority(priority: object) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidInputError(f"priority must be an int (lower runs first), got {priority!r}")
+    """Return ``priority`` if it is an int that fits the 32-bit SQL column."""
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not SQL_INT_MIN <= priority <= SQL_INT_MAX
+    ):
+        raise InvalidInputError(
+            f"priority must be an int from {SQL_INT_MIN} to {SQL_INT_MAX} (lower runs first), "
+            f"got {priority!r}"
+        )
     return priority
 
 
 def check_max_attempts(max_attempts: object) -> int | None:
+    """Return ``max_attempts`` if it is None (unlimited) or an int from 1 to 2**31 - 1."""
     if max_attempts is None:
         return None
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise InvalidInputError(f"max_attempts must be None or an int >= 1, got {max_attempts!r}")
+    if (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts <= SQL_INT_MAX
+    ):
+        raise InvalidInputError(
+            f"max_attempts must be None or an int from 1 to {SQL_INT_MAX}, got {max_attempts!r}"
+        )
     return max_attempts
 
 
@@ -110,33 +227,21 @@ def new_chain(
     blockers: Sequence[str],
 ) -> NewChain:
     """A validated :class:`NewChain` around an already validated first job."""
-    if dedup_key is not None and (not isinstance(dedup_key, str) or not dedup_key):
-        raise InvalidInputError(f"dedup_key must be None or a non-empty string, got {dedup_key!r}")
-    if dedup_key is not None and len(dedup_key) > MAX_DEDUP_KEY_LENGTH:
-        raise InvalidInputError(
-            f"dedup_key is {len(dedup_key)} characters long; the limit is {MAX_DEDUP_KEY_LENGTH}"
-        )
     if dedup_scope not in DEDUP_SCOPES:
         raise InvalidInputError(f"dedup_scope must be one of {DEDUP_SCOPES}, got {dedup_scope!r}")
-    if dedup_window is not None and (
-        isinstance(dedup_window, bool)
-        or not isinstance(dedup_window, int | float)
-        or not math.isfinite(dedup_window)
-        or dedup_window <= 0
-    ):
-        raise InvalidInputError(
-            f"dedup_window must be None or a positive number of seconds, got {dedup_window!r}"
-        )
     if isinstance(blockers, str):
         raise InvalidInputError("blockers must be a sequence of chain ids, not a single string")
     blocker_ids = list(blockers)
     for blocker in blocker_ids:
         if not isinstance(blocker, str) or not blocker:
             raise InvalidInputError(f"every blocker must be a chain id string, got {blocker!r}")
+        check_text(blocker, "a blocker chain id")
     return NewChain(
         job=job,
-        dedup_key=dedup_key,
+        dedup_key=check_dedup_key(dedup_key),
         dedup_scope=dedup_scope,  # type: ignore[arg-type]  # checked against DEDUP_SCOPES above
-        dedup_window=float(dedup_window) if dedup_window is not None else None,
+        dedup_window=None
+        if dedup_window is None
+        else check_seconds(dedup_window, "dedup_window", allow_zero=False),
         blockers=tuple(dict.fromkeys(blocker_ids)),
     )

@@ -16,7 +16,6 @@ Guarantees (the conformance suite in ``queuert_notify.testing`` checks them):
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -27,6 +26,7 @@ from sqlalchemy import RowMapping
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from queuert_notify import validation
 from queuert_notify.errors import (
     ChainInUseError,
     ChainNotFoundError,
@@ -51,9 +51,7 @@ from state_adapters.protocol import (
     StartedChain,
 )
 from state_adapters.schema import (
-    DEDUP_KEY_LENGTH,
     DEFAULT_TABLE_PREFIX,
-    TYPE_NAME_LENGTH,
     WORKER_ID_LENGTH,
     make_tables,
 )
@@ -338,7 +336,7 @@ class SqlAlchemyStateAdapter:
 
     async def set_progress(self, job_id: str, lease_token: str, progress: Any) -> None:
         """Store progress (any JSON value); fenced by the lease token."""
-        _check_json(progress, "progress")
+        validation.check_json(progress, "progress")
         params = {"job_id": job_id, "b_lease_token": lease_token, "b_progress": progress}
         async with self._single_writer.begin() as conn:
             stored = (await conn.execute(self._sql.set_progress, params)).first()
@@ -365,7 +363,7 @@ class SqlAlchemyStateAdapter:
             if completion.continue_with is not None:
                 _check_new_job(completion.continue_with.job)
             else:
-                _check_json(completion.output, "output")
+                validation.check_json(completion.output, "output")
         if not completions:
             return []
         return await self._write(session, notes, lambda c, n: self._complete(c, n, completions))
@@ -598,7 +596,7 @@ class SqlAlchemyStateAdapter:
         """Workerless completion: the chain's unfinished job completes with
         ``output`` (a worker running it loses ownership). A final chain is
         returned as is."""
-        _check_json(output, "output")
+        validation.check_json(output, "output")
         return await self._write(
             session, notes, lambda c, n: self._finish_chain(c, n, chain_id, "completed", output)
         )
@@ -879,46 +877,19 @@ def _chain_not_found(chain_id: str) -> ChainNotFoundError:
 # -- validation (before any write) -------------------------------------------------------
 
 
-def _check_json(value: Any, what: str) -> None:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(
-            f"{what} must be JSON-serializable (dict, list, str, int, float, bool, None): {exc}"
-        ) from None
-
-
-def _check_type_name(type_name: Any) -> str:
-    if not isinstance(type_name, str) or not type_name.strip():
-        raise InvalidInputError(f"type_name must be a non-empty string, got {type_name!r}")
-    if len(type_name) > TYPE_NAME_LENGTH:
-        raise InvalidInputError(
-            f"type_name is {len(type_name)} characters long; the limit is {TYPE_NAME_LENGTH}"
-        )
-    return type_name
-
-
 def _check_type_names(type_names: Sequence[str]) -> list[str]:
     if isinstance(type_names, str):
         raise InvalidInputError("type_names must be a sequence of type names, not one string")
-    return [_check_type_name(name) for name in dict.fromkeys(type_names)]
+    return [validation.check_type_name(name) for name in dict.fromkeys(type_names)]
 
 
 def _check_new_job(job: NewJob) -> None:
     if not isinstance(job, NewJob):
         raise InvalidInputError(f"expected a NewJob, got {type(job).__name__}")
-    _check_type_name(job.type_name)
-    _check_json(job.input, "input")
-    if isinstance(job.priority, bool) or not isinstance(job.priority, int):
-        raise InvalidInputError(f"priority must be an int (lower runs first), got {job.priority!r}")
-    if job.max_attempts is not None and (
-        isinstance(job.max_attempts, bool)
-        or not isinstance(job.max_attempts, int)
-        or job.max_attempts < 1
-    ):
-        raise InvalidInputError(
-            f"max_attempts must be None or an int >= 1, got {job.max_attempts!r}"
-        )
+    validation.check_type_name(job.type_name)
+    validation.check_json(job.input, "input")
+    validation.check_priority(job.priority)
+    validation.check_max_attempts(job.max_attempts)
     if job.run_at is not None and (
         not isinstance(job.run_at, datetime) or job.run_at.utcoffset() is None
     ):
@@ -929,25 +900,19 @@ def _check_new_chain(chain: NewChain) -> None:
     if not isinstance(chain, NewChain):
         raise InvalidInputError(f"expected a NewChain, got {type(chain).__name__}")
     _check_new_job(chain.job)
-    key = chain.dedup_key
-    if key is not None:
-        if not isinstance(key, str) or not key:
-            raise InvalidInputError(f"dedup_key must be None or a non-empty string, got {key!r}")
-        if len(key) > DEDUP_KEY_LENGTH:
-            raise InvalidInputError(
-                f"dedup_key is {len(key)} characters long; the limit is {DEDUP_KEY_LENGTH}"
-            )
+    validation.check_dedup_key(chain.dedup_key)
     if chain.dedup_scope not in ("incomplete", "ever"):
         raise InvalidInputError(
             f"dedup_scope must be 'incomplete' or 'ever', got {chain.dedup_scope!r}"
         )
     if chain.dedup_window is not None:
-        _check_positive(chain.dedup_window, "dedup_window")
+        validation.check_seconds(chain.dedup_window, "dedup_window", allow_zero=False)
     if isinstance(chain.blockers, str):
         raise InvalidInputError("blockers must be a sequence of chain ids, not one string")
     for blocker in chain.blockers:
         if not isinstance(blocker, str) or not blocker:
             raise InvalidInputError(f"every blocker must be a chain id string, got {blocker!r}")
+        validation.check_text(blocker, "a blocker chain id")
 
 
 def _check_worker_id(worker_id: Any) -> None:

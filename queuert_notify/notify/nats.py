@@ -124,7 +124,7 @@ class NatsNotifyAdapter:
                 f"NATS KV bucket name {bucket!r} is not allowed: use letters, digits, '_' or '-'"
             )
         self._servers = _servers(url)
-        self._address = ",".join(mask_url(server) for server in self._servers)
+        self._address = ",".join(mask_url(server, user_is_secret=True) for server in self._servers)
         self._prefix = prefix
         self._bucket = bucket
         self._timeout = timeout
@@ -493,8 +493,8 @@ def _servers(url: str) -> list[str]:
         scheme = server.partition("://")[0].lower() if "://" in server else ""
         if scheme not in _SCHEMES:
             raise ConfigurationError(
-                f"unsupported NATS URL {mask_url(server)!r}: the scheme must be nats://, "
-                "tls://, ws:// or wss://"
+                f"unsupported NATS URL {mask_url(server, user_is_secret=True)!r}: the scheme "
+                "must be nats://, tls://, ws:// or wss://"
             )
     if not servers:
         raise ConfigurationError(

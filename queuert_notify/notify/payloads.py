@@ -11,6 +11,7 @@ agree: every payload a sender accepts is decoded back to the same text.
 from __future__ import annotations
 
 from queuert_notify.errors import InvalidInputError
+from queuert_notify.validation import check_text
 
 MAX_PAYLOAD_BYTES = 1024
 """Longest payload (type name, chain id, job id) published or accepted, in UTF-8 bytes."""
@@ -21,15 +22,8 @@ def encode_payload(what: str, value: object) -> str:
     ``what`` (e.g. "type name") otherwise, before anything is published."""
     if not isinstance(value, str) or not value:
         raise InvalidInputError(f"the {what} must be a non-empty string, got {value!r}")
-    if "\x00" in value:
-        raise InvalidInputError(f"the {what} must not contain NUL characters")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidInputError(
-            f"the {what} is not valid Unicode (it contains a lone surrogate)"
-        ) from None
-    if size > MAX_PAYLOAD_BYTES:
+    check_text(value, f"the {what}")
+    if len(value.encode("utf-8")) > MAX_PAYLOAD_BYTES:
         raise InvalidInputError(f"the {what} is longer than {MAX_PAYLOAD_BYTES} bytes in UTF-8")
     return value
 

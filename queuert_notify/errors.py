@@ -69,7 +69,7 @@ def mask_url(url: str, *, user_is_secret: bool = False) -> str:
     if userinfo:
         user, colon, _password = userinfo.partition(":")
         if colon or user_is_secret:
-            shown = f"{user}:***" if colon and not user_is_secret else "***"
+            shown = f"{user}:***" if colon else "***"
             masked = masked.replace(parts.netloc, f"{shown}@{host}", 1)
     if parts.query:
         query = _QUERY_PASSWORD.sub(r"\1***", parts.query)

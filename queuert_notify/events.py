@@ -15,6 +15,7 @@ EventKind = Literal[
     "abandoned",
     "reaped",
     "progress",
+    "loop_blocked",
 ]
 """
 - ``started``: the handler is about to run (``attempt`` counts from 1);
@@ -27,7 +28,10 @@ EventKind = Literal[
   finished; the handler was cancelled and the job runs again once its lease expires;
 - ``reaped``: this worker returned another worker's expired job to pending (or failed);
   only ``job_id`` is known;
-- ``progress``: the handler stored ``progress`` with ``ctx.set_progress``.
+- ``progress``: the handler stored ``progress`` with ``ctx.set_progress``;
+- ``loop_blocked``: the worker's event loop was blocked for ``lag`` seconds (a handler
+  doing blocking work in an ``async def``); not about one job: ``job_id`` is empty and
+  ``job_ids`` lists the jobs that were running meanwhile.
 """
 
 
@@ -50,3 +54,7 @@ class WorkerEvent:
     """``completed`` by ``continue_with``: the type name of the chain's next job."""
     at: float = field(default=0.0)
     """``time.time()`` when the event happened."""
+    lag: float | None = None
+    """``loop_blocked``: seconds the event loop was blocked beyond a short sleep."""
+    job_ids: tuple[str, ...] = ()
+    """``loop_blocked``: the jobs running on this worker while the loop was blocked."""

@@ -2,9 +2,13 @@
 ``python -m queuert_notify.cli worker tests.e2e_app:build_worker``.
 
 Configured through the environment (``QT_*``). Its ``effect`` handler records one row
-per run in an application table through ``ctx.session`` (atomic mode), so the row
-commits exactly when the job's completion does: counting rows per job proves
-exactly-once completion across processes.
+per run in an application table through ``ctx.session`` (atomic mode, the default), so
+the row commits exactly when the job's completion does: counting rows per job proves
+exactly-once completion across processes. With ``QT_MODE=staged`` the row commits in a
+transaction of its own just before the completion (at least once).
+
+Job input: ``first_attempt_sleep`` (seconds, attempt 1 only) then ``sleep`` (seconds,
+every attempt) before the row is written.
 """
 
 from __future__ import annotations
@@ -59,19 +63,28 @@ def build_worker() -> Worker:
         state=SqlAlchemyStateAdapter(engine, table_prefix=table_prefix), notify=_notify()
     )
 
+    mode = os.environ.get("QT_MODE", "atomic")
+
     async def effect(job: Job, ctx: JobContext) -> dict[str, Any]:
         # Sleep before writing: on SQLite a write holds the single write lock until the
         # completion commits, and a process killed mid-sleep must hold nothing.
+        settings = job.input or {}
         if job.attempt == 1:
-            await asyncio.sleep(float((job.input or {}).get("first_attempt_sleep", 0)))
-        await ctx.session.execute(insert(effects).values(job_id=job.id, worker_id=worker_id))
+            await asyncio.sleep(float(settings.get("first_attempt_sleep", 0)))
+        await asyncio.sleep(float(settings.get("sleep", 0)))
+        row = insert(effects).values(job_id=job.id, worker_id=worker_id)
+        if mode == "atomic":
+            await ctx.session.execute(row)
+        else:
+            async with engine.begin() as conn:
+                await conn.execute(row)
         return {"worker": worker_id}
 
     return Worker(
         client,
         {"effect": effect},
         worker_id=worker_id,
-        mode="atomic",
+        mode="staged" if mode == "staged" else "atomic",
         concurrency=concurrency,
         lease=float(os.environ.get("QT_LEASE", "60")),
         poll_interval=float(os.environ.get("QT_POLL", "60")),

@@ -3,13 +3,8 @@ every job completes exactly once."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,81 +12,12 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from queuert_notify.client import ChainSpec, Client
-from tests.e2e_app import effects_table
 from tests.queue_helpers import wait_until
+from tests.worker_processes import WorkerProcesses, effect_counts
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
-
-pytest_plugins = ["tests.queue_fixtures"]
-
-
-class WorkerProcesses:
-    """Worker processes this test started; every one is killed at teardown."""
-
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
-        self.env = env
-        self.log_dir = log_dir
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, worker_id: str, **settings: str) -> subprocess.Popen[bytes]:
-        env = {**os.environ, **self.env, "QT_WORKER_ID": worker_id, **settings}
-        log = (self.log_dir / f"{worker_id}.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "queuert_notify.cli", "worker", "tests.e2e_app:build_worker"],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def log(self, worker_id: str) -> str:
-        return (self.log_dir / f"{worker_id}.log").read_text(errors="replace")
-
-    def kill_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-
-
-@pytest.fixture
-def workers(
-    database_url: str,
-    table_prefix: str,
-    notify_kind: str,
-    prefix: str,
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-) -> Iterator[WorkerProcesses]:
-    env = {"QT_DATABASE_URL": database_url, "QT_TABLE_PREFIX": table_prefix}
-    if notify_kind == "redis":
-        env["QT_REDIS_URL"] = str(request.getfixturevalue("redis_url"))
-        env["QT_REDIS_PREFIX"] = prefix
-    procs = WorkerProcesses(env, tmp_path)
-    try:
-        yield procs
-    finally:
-        procs.kill_all()
-
-
-@pytest.fixture
-async def effects(engine: AsyncEngine, table_prefix: str, state: Any) -> Any:
-    table = effects_table(table_prefix)
-    async with engine.begin() as conn:
-        await conn.run_sync(table.create)
-    return table
-
-
-async def _effect_counts(engine: AsyncEngine, effects: Any) -> tuple[int, int]:
-    async with engine.connect() as conn:
-        rows, distinct = (
-            await conn.execute(select(func.count(), func.count(func.distinct(effects.c.job_id))))
-        ).one()
-    return int(rows), int(distinct)
+pytest_plugins = ["tests.queue_fixtures", "tests.worker_process_fixtures"]
 
 
 @pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
@@ -115,7 +41,7 @@ async def test_sigkilled_worker_loses_nothing_and_the_job_completes_exactly_once
     assert done.status == "completed", workers.log("second")
     assert done.output == {"worker": "second"}
     assert done.last_job.attempt == 2
-    assert await _effect_counts(engine, effects) == (1, 1)
+    assert await effect_counts(engine, effects) == (1, 1)
 
     # SIGTERM drains and exits cleanly.
     second.send_signal(signal.SIGTERM)
@@ -141,7 +67,7 @@ async def test_two_worker_processes_complete_5000_jobs_exactly_once(
 
     await wait_until(all_completed, timeout=180, interval=0.5)
     elapsed = time.monotonic() - began
-    assert await _effect_counts(engine, effects) == (total, total)
+    assert await effect_counts(engine, effects) == (total, total)
     counts = await client.count_jobs()
     assert {status: n for status, n in counts.items() if n} == {"completed": total}
     for proc in procs:

@@ -1,0 +1,44 @@
+"""Fixtures for tests with worker processes of ``tests.e2e_app``; a module uses them with
+``pytest_plugins = ["tests.queue_fixtures", "tests.worker_process_fixtures"]``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.e2e_app import effects_table
+from tests.worker_processes import WorkerProcesses
+
+
+@pytest.fixture
+def workers(
+    database_url: str,
+    table_prefix: str,
+    notify_kind: str,
+    prefix: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+) -> Iterator[WorkerProcesses]:
+    """Starts workers of ``tests.e2e_app`` on this test's database and notify kind."""
+    env = {"QT_DATABASE_URL": database_url, "QT_TABLE_PREFIX": table_prefix}
+    if notify_kind == "redis":
+        env["QT_REDIS_URL"] = str(request.getfixturevalue("redis_url"))
+        env["QT_REDIS_PREFIX"] = prefix
+    procs = WorkerProcesses(env, tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.kill_all()
+
+
+@pytest.fixture
+async def effects(engine: AsyncEngine, table_prefix: str, state: Any) -> Any:
+    """The effects table of ``tests.e2e_app``, created next to the queue's tables."""
+    table = effects_table(table_prefix)
+    async with engine.begin() as conn:
+        await conn.run_sync(table.create)
+    return table

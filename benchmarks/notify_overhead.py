@@ -1,17 +1,30 @@
-"""Issue #7: what RedisNotifyAdapter costs over bare redis-py, and what an idle listener costs.
+"""Issues #5 (item 7), #7 and #8: what each notify adapter costs, side by side.
 
-Latency and throughput: the adapter (``notify_chain_completed`` to a
-``listen_chain_completed`` callback) against bare redis-py (``PUBLISH`` on
-one client, ``PubSub.listen()`` on another) on the same server, one round of
-each in turn. Latency: publish one message, wait for it to arrive, repeat;
+Publish→listener: for every adapter, ``notify_chain_completed`` on a
+publishing adapter to a ``listen_chain_completed`` callback on a listening
+one (two adapters with connections of their own, as in two processes; one
+instance for the in-process adapter, which reaches only itself), next to
+bare redis-py (``PUBLISH`` on one client, ``PubSub.listen()`` on another) on
+the same Redis server. Every variant runs once per round, the order rotating
+each round. Latency: publish one message, wait for it to arrive, repeat;
 measured from just before the publish call to the callback. Throughput:
 ``--publishers`` tasks publish ``--messages`` messages in all, each awaiting
 its own publishes; publishes/s counted to the last arrival.
 
+Wake hints, for the adapters that keep budgets: ``provide_wake_hint(t, 1)``
+followed by ``consume_wake_hint(t)``, ``--hint-pairs`` pairs from one task and
+again from ``--hint-tasks`` tasks over ``--hint-types`` types (on the cluster
+the types spread over the masters); and ``notify_jobs_scheduled`` with three
+types, the call every committing transaction makes.
+
 Memory: ``--listeners`` ``listen_chain_completed`` registrations on distinct
 chain ids (one shared callback; the ids exist beforehand), measured with
-tracemalloc around the registrations, for the in-process and Redis adapters.
-The unsubscribe handles the caller keeps are part of the cost.
+tracemalloc around the registrations, median of 3 fresh adapters. The
+unsubscribe handles the caller keeps are part of the cost.
+
+Redis Cluster: a local cluster of 3 masters with one replica each
+(``tests/redis_cluster.py``), started for the run on free loopback ports and
+killed afterwards; nothing else on the machine is touched.
 """
 
 from __future__ import annotations
@@ -19,30 +32,132 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import re
 import statistics
+import subprocess
+import tempfile
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
 
 from redis.asyncio import Redis
 
 from benchmarks import runner, services
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
-from queuert_notify.notify.protocol import NotifyAdapter, Unsubscribe
-from queuert_notify.notify.redis import RedisNotifyAdapter
+from queuert_notify.notify.protocol import NotifyAdapter
 
 NAME = "notify-overhead"
-HELP = "RedisNotifyAdapter vs bare redis-py: latency, publishes/s; memory per idle listener"
+HELP = (
+    "every notify adapter side by side (and RedisNotifyAdapter vs bare redis-py): "
+    "publish→listener latency, publishes/s, wake hints/s, memory per idle listener"
+)
+
+ADAPTERS = ("in-process", "redis", "redis-cluster", "postgres", "nats")
+_BARE = "bare redis-py"
+_SINGLE, _CLUSTER = "RedisNotifyAdapter", "RedisNotifyAdapter(cluster=True)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=int, default=7, help="recorded rounds per side")
+    parser.add_argument("--rounds", type=int, default=7, help="recorded rounds per variant")
     parser.add_argument("--samples", type=int, default=1000, help="latency samples per round")
     parser.add_argument("--messages", type=int, default=20000, help="messages per throughput round")
     parser.add_argument("--publishers", type=int, default=8, help="concurrent publishing tasks")
+    parser.add_argument("--hint-pairs", type=int, default=2000, help="provide+consume pairs")
+    parser.add_argument("--hint-tasks", type=int, default=16, help="tasks in the parallel run")
+    parser.add_argument("--hint-types", type=int, default=8, help="types the tasks spread over")
     parser.add_argument("--listeners", type=int, default=10000, help="idle chain listeners")
+    parser.add_argument(
+        "--adapters",
+        default=",".join(ADAPTERS),
+        help=f"comma-separated: {', '.join(ADAPTERS)} (bare redis-py runs with redis)",
+    )
     parser.add_argument("--redis-url", default=services.redis_url())
+    parser.add_argument("--postgres-url", default=services.postgres_url())
+    parser.add_argument("--nats-url", default=services.nats_url())
+
+
+# -- the adapters under test ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Transport:
+    """How to build adapters of one kind; ``shared``: in memory, so the publisher and
+    the listener must be one instance; ``hints``: it keeps wake budgets."""
+
+    label: str
+    make: Callable[[], NotifyAdapter]
+    shared: bool = False
+    hints: bool = True
+
+
+def _chosen(value: str) -> list[str]:
+    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
+    unknown = [kind for kind in kinds if kind not in ADAPTERS]
+    if unknown or not kinds:
+        raise SystemExit(f"--adapters: unknown {unknown or value!r}; choose from {ADAPTERS}")
+    return kinds
+
+
+@asynccontextmanager
+async def _transports(args: argparse.Namespace, prefix: str) -> AsyncIterator[list[_Transport]]:
+    """The chosen transports, with the servers they need; afterwards, what they left
+    under ``prefix`` is deleted and a cluster started here is killed."""
+    async with AsyncExitStack() as exits:
+        yield [await _transport(kind, args, prefix, exits) for kind in _chosen(args.adapters)]
+
+
+async def _transport(
+    kind: str, args: argparse.Namespace, prefix: str, exits: AsyncExitStack
+) -> _Transport:
+    if kind == "in-process":
+        return _Transport("InProcessNotifyAdapter", InProcessNotifyAdapter, shared=True)
+    if kind == "postgres":
+        from queuert_notify.notify.postgres import PostgresNotifyAdapter
+
+        return _Transport(
+            "PostgresNotifyAdapter",
+            lambda: PostgresNotifyAdapter(args.postgres_url, prefix=prefix),
+            hints=False,
+        )
+    if kind == "nats":
+        from queuert_notify.notify.nats import NatsNotifyAdapter, default_bucket
+
+        exits.push_async_callback(
+            services.delete_nats_bucket, args.nats_url, default_bucket(prefix)
+        )
+        return _Transport(
+            "NatsNotifyAdapter", lambda: NatsNotifyAdapter(args.nats_url, prefix=prefix)
+        )
+    from queuert_notify.notify.redis import RedisNotifyAdapter
+
+    if kind == "redis":
+        exits.push_async_callback(services.delete_redis_prefix, args.redis_url, prefix)
+        return _Transport(_SINGLE, lambda: RedisNotifyAdapter(url=args.redis_url, prefix=prefix))
+    cluster_url = await exits.enter_async_context(_local_cluster())
+    return _Transport(
+        _CLUSTER, lambda: RedisNotifyAdapter(cluster_url, prefix=prefix, cluster=True)
+    )
+
+
+@asynccontextmanager
+async def _local_cluster() -> AsyncIterator[str]:
+    """The URL of a fresh local Redis Cluster (3 masters + 3 replicas), killed on exit."""
+    from tests.redis_cluster import LocalRedisCluster
+
+    with tempfile.TemporaryDirectory(prefix="queuert-bench-cluster-") as workdir:
+        cluster = LocalRedisCluster(Path(workdir))
+        try:
+            await asyncio.to_thread(cluster.start)
+            yield cluster.url
+        finally:
+            await asyncio.to_thread(cluster.stop)
+
+
+# -- publish → listener --------------------------------------------------------------
 
 
 class _Receiver:
@@ -67,16 +182,16 @@ class _Receiver:
             self._reached.set()
 
     async def wait(self) -> None:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(60):
             await self._reached.wait()
 
 
+@dataclass
 class _Path:
     """One way of getting a message from a publisher to a listener in this process."""
 
-    def __init__(self, publish: Callable[[], Awaitable[object]], receiver: _Receiver) -> None:
-        self.publish = publish
-        self.receiver = receiver
+    publish: Callable[[], Awaitable[object]]
+    receiver: _Receiver
 
     async def latency_round(self, samples: int) -> runner.Figures:
         latencies = []
@@ -101,15 +216,29 @@ class _Path:
         await self.receiver.wait()
         return {"publishes/s": messages / (self.receiver.last_arrival - started)}
 
+    def variant(self, name: str, args: argparse.Namespace) -> runner.Variant:
+        async def one_round() -> runner.Figures:
+            return {
+                **await self.latency_round(args.samples),
+                **await self.throughput_round(args.messages, args.publishers),
+            }
 
-async def _adapter_path(adapter: RedisNotifyAdapter) -> tuple[_Path, Unsubscribe]:
+        return runner.Variant(name, one_round)
+
+
+async def _adapter_path(transport: _Transport, exits: AsyncExitStack) -> _Path:
+    """A listener on one adapter and a publisher on another (the same for in-memory)."""
+    listener = await exits.enter_async_context(transport.make())
+    publisher = listener
+    if not transport.shared:
+        publisher = await exits.enter_async_context(transport.make())
     receiver = _Receiver()
-    unsubscribe = await adapter.listen_chain_completed("bench-chain", receiver)
+    exits.push_async_callback(await listener.listen_chain_completed("bench-chain", receiver))
 
     async def publish() -> None:
-        await adapter.notify_chain_completed("bench-chain")
+        await publisher.notify_chain_completed("bench-chain")
 
-    return _Path(publish, receiver), unsubscribe
+    return _Path(publish, receiver)
 
 
 class _BareRedis:
@@ -149,6 +278,76 @@ class _BareRedis:
         await self._commands.aclose()
 
 
+async def _publish_listen(
+    transports: Sequence[_Transport], args: argparse.Namespace, prefix: str
+) -> runner.Results:
+    async with AsyncExitStack() as exits:
+        variants = [
+            (await _adapter_path(transport, exits)).variant(transport.label, args)
+            for transport in transports
+        ]
+        if any(t.label == _SINGLE for t in transports):
+            bare = _BareRedis(args.redis_url, f"{prefix}:bare")
+            exits.push_async_callback(bare.close)
+            variants.append((await bare.start()).variant(_BARE, args))
+        return await runner.alternate(variants, args.rounds)
+
+
+# -- wake hints ----------------------------------------------------------------------
+
+
+async def _rate(call: Callable[[int], Awaitable[object]], calls: int, tasks: int) -> float:
+    """Calls per second when ``tasks`` tasks make ``calls`` awaited calls in all; task
+    i passes i to every call it makes."""
+    share, extra = divmod(calls, tasks)
+
+    async def caller(index: int, count: int) -> None:
+        for _ in range(count):
+            await call(index)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(i, share + (i < extra)) for i in range(tasks)))
+    return calls / (time.perf_counter() - started)
+
+
+async def _hint_variant(
+    transport: _Transport, args: argparse.Namespace, exits: AsyncExitStack
+) -> runner.Variant:
+    adapter = await exits.enter_async_context(transport.make())
+    types = [f"bench-hint-{index}" for index in range(args.hint_types)]
+    three_types = dict.fromkeys(types[:3], 1)
+
+    async def pair(task: int) -> None:
+        type_name = types[task % len(types)]
+        await adapter.provide_wake_hint(type_name, 1)
+        await adapter.consume_wake_hint(type_name)
+
+    async def schedule(task: int) -> None:
+        await adapter.notify_jobs_scheduled(three_types)
+
+    async def one_round() -> runner.Figures:
+        pairs, tasks = args.hint_pairs, args.hint_tasks
+        return {
+            "pairs/s, 1 task": await _rate(pair, pairs, 1),
+            f"pairs/s, {tasks} tasks": await _rate(pair, pairs, tasks),
+            "notify_jobs_scheduled(3 types)/s": await _rate(schedule, pairs, 1),
+        }
+
+    return runner.Variant(transport.label, one_round)
+
+
+async def _wake_hints(transports: Sequence[_Transport], args: argparse.Namespace) -> runner.Results:
+    hinted = [transport for transport in transports if transport.hints]
+    if not hinted:
+        return runner.Results()
+    async with AsyncExitStack() as exits:
+        variants = [await _hint_variant(transport, args, exits) for transport in hinted]
+        return await runner.alternate(variants, args.rounds)
+
+
+# -- memory per idle listener -------------------------------------------------------
+
+
 async def _listener_memory(adapter: NotifyAdapter, listeners: int) -> runner.Figures:
     """Bytes allocated per idle registration, and bytes still held after unsubscribing."""
     chain_ids = [f"chain-{index:08d}" for index in range(listeners)]
@@ -176,71 +375,110 @@ async def _listener_memory(adapter: NotifyAdapter, listeners: int) -> runner.Fig
     return {"bytes per listener": held / listeners, "bytes held after all left": retained}
 
 
+async def _memory(transport: _Transport, listeners: int) -> runner.Figures:
+    rounds = []
+    for _ in range(3):
+        async with transport.make() as adapter:
+            rounds.append(await _listener_memory(adapter, listeners))
+    return {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
+
+
+# -- the report --------------------------------------------------------------------
+
+
 async def run(args: argparse.Namespace) -> str:
     prefix = services.unique_prefix()
-    adapter = RedisNotifyAdapter(url=args.redis_url, prefix=prefix)
-    bare = _BareRedis(args.redis_url, f"{prefix}:bare")
-    try:
-        await adapter.connect()
-        adapter_path, unsubscribe = await _adapter_path(adapter)
-        bare_path = await bare.start()
-        paths = {"RedisNotifyAdapter": adapter_path, "bare redis-py": bare_path}
+    async with _transports(args, prefix) as transports:
+        latency = await _publish_listen(transports, args, prefix)
+        hints = await _wake_hints(transports, args)
+        memory = {t.label: await _memory(t, args.listeners) for t in transports}
+        notes = await _server_notes(args)
 
-        def variant(name: str, path: _Path) -> runner.Variant:
-            async def one_round() -> runner.Figures:
-                return {
-                    **await path.latency_round(args.samples),
-                    **await path.throughput_round(args.messages, args.publishers),
-                }
-
-            return runner.Variant(name, one_round)
-
-        results = await runner.alternate(
-            [variant(name, path) for name, path in paths.items()], args.rounds
-        )
-        await unsubscribe()
-        redis_version = await services.redis_server_version(args.redis_url)
-    finally:
-        await bare.close()
-        await adapter.close()
-        await services.delete_redis_prefix(args.redis_url, prefix)
-
-    memory = {
-        "InProcessNotifyAdapter": await _memory_rounds(InProcessNotifyAdapter, args),
-        "RedisNotifyAdapter": await _memory_rounds(
-            lambda: RedisNotifyAdapter(url=args.redis_url, prefix=prefix), args
-        ),
-    }
-    await services.delete_redis_prefix(args.redis_url, prefix)
-
-    rows = {name: results.medians(name) for name in paths}
-    rows["ratio adapter / bare"] = results.ratio("RedisNotifyAdapter", "bare redis-py")
+    sections = [
+        f"Publish→listener (`notify_chain_completed` → `listen_chain_completed`), medians "
+        f"of {args.rounds} alternating rounds ({args.samples} sequential samples; "
+        f"{args.messages} messages from {args.publishers} publishers for publishes/s):",
+        runner.table(_rows(latency, (_SINGLE, _BARE, "adapter / bare")), first_column="adapter"),
+    ]
+    if hints.rounds:
+        sections += [
+            f"Wake hints, medians of {args.rounds} alternating rounds ({args.hint_pairs} "
+            f"`provide_wake_hint` + `consume_wake_hint` pairs; {args.hint_tasks} tasks over "
+            f"{args.hint_types} types; `notify_jobs_scheduled` from one task):",
+            runner.table(_rows(hints), first_column="adapter"),
+        ]
+    sections += [
+        f"Idle chain listeners ({args.listeners:,} `listen_chain_completed` registrations, "
+        "tracemalloc, median of 3):",
+        runner.table(memory, first_column="adapter"),
+    ]
     return runner.report(
-        "Notify adapter overhead (#7)",
-        [
-            f"Publish→listener, medians of {args.rounds} alternating rounds "
-            f"({args.samples} sequential samples; {args.messages} messages from "
-            f"{args.publishers} publishers for publishes/s):",
-            runner.table(rows),
-            f"Idle chain listeners ({args.listeners:,} `listen_chain_completed` registrations, "
-            "tracemalloc, median of 3):",
-            runner.table(memory, first_column="adapter"),
-        ],
+        "Notify adapters side by side",
+        sections,
         notes=[
-            "ratio is the median of per-round ratios (each pair ran back to back); "
-            "for publishes/s a ratio below 1 means the adapter is slower",
+            "a ratio is the median of per-round ratios (each pair ran back to back); for "
+            "publishes/s and hints/s a ratio below 1 means the first is slower",
+            "publisher and listener are separate adapters with connections of their own "
+            "(one instance for in-process); bare redis-py publishes and listens on two "
+            "connections too",
             "bytes held after all left: the channel's route table keeps its grown hash table "
             "(CPython dicts do not shrink on delete) until the channel's last listener leaves",
-            f"Redis {redis_version} on the same host; {runner.machine_notes()}",
+            *notes,
         ],
     )
 
 
-async def _memory_rounds(
-    make: Callable[[], NotifyAdapter], args: argparse.Namespace
-) -> runner.Figures:
-    rounds = []
-    for _ in range(3):
-        async with make() as adapter:
-            rounds.append(await _listener_memory(adapter, args.listeners))
-    return {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
+def _rows(results: runner.Results, *ratios: tuple[str, str, str]) -> dict[str, runner.Figures]:
+    """Medians per variant, then ``ratio <label>`` rows for each ``(numerator,
+    denominator, label)`` that ran, and cluster / single node when both ran."""
+    rows = {name: results.medians(name) for name in results.rounds}
+    for top, bottom, label in (*ratios, (_CLUSTER, _SINGLE, "cluster / single node")):
+        if {top, bottom} <= results.rounds.keys():
+            rows[f"ratio {label}"] = results.ratio(top, bottom)
+    return rows
+
+
+async def _server_notes(args: argparse.Namespace) -> list[str]:
+    """Versions of the servers the chosen adapters used, and the machine."""
+    chosen = _chosen(args.adapters)
+    servers = []
+    if "redis" in chosen:
+        servers.append(f"Redis {await services.redis_server_version(args.redis_url)}")
+    if "redis-cluster" in chosen:
+        servers.append(
+            f"Redis Cluster: 3 masters + 3 replicas of the local redis-server "
+            f"{_local_redis_version()} on loopback ports"
+        )
+    if "postgres" in chosen:
+        servers.append(f"Postgres {await services.postgres_server_version(args.postgres_url)}")
+    if "nats" in chosen:
+        servers.append(f"nats-server {await _nats_server_version(args.nats_url)}")
+    return [
+        "; ".join(servers) + " on the same host",
+        f"nats-py {_version('nats-py')}; {runner.machine_notes()}",
+    ]
+
+
+async def _nats_server_version(url: str) -> str:
+    import nats
+
+    connection = await nats.connect(url)
+    try:
+        version = connection.connected_server_version
+        return f"{version.major}.{version.minor}.{version.patch}"
+    finally:
+        await connection.close()
+
+
+def _local_redis_version() -> str:
+    """The version of the ``redis-server`` on PATH (the one the local cluster runs)."""
+    out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
+    match = re.search(r"v=(\S+)", out)
+    return match.group(1) if match else "?"
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "absent"

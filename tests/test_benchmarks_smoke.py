@@ -43,8 +43,8 @@ def test_percentiles_use_nearest_rank_in_milliseconds() -> None:
     }
 
 
-async def test_notify_overhead_reports_both_sides_their_ratio_and_listener_memory(
-    redis_url: str,
+async def test_notify_overhead_reports_every_adapter_the_ratios_and_listener_memory(
+    redis_url: str, postgres_url: str, nats_url: str
 ) -> None:
     report = await run_benchmark(
         [
@@ -52,15 +52,22 @@ async def test_notify_overhead_reports_both_sides_their_ratio_and_listener_memor
             "--rounds=1",
             "--samples=20",
             "--messages=200",
+            "--hint-pairs=50",
             "--listeners=200",
             f"--redis-url={redis_url}",
+            f"--postgres-url={postgres_url}",
+            f"--nats-url={nats_url}",
         ]
     )
 
     for row in ("| RedisNotifyAdapter |", "| bare redis-py |", "| ratio adapter / bare |"):
         assert row in report
-    assert "| InProcessNotifyAdapter |" in report
+    for adapter in ("InProcessNotifyAdapter", "PostgresNotifyAdapter", "NatsNotifyAdapter"):
+        assert f"| {adapter} |" in report
+    assert "| RedisNotifyAdapter(cluster=True) |" in report
+    assert "| ratio cluster / single node |" in report
     assert "bytes per listener" in report
+    assert "pairs/s, 1 task" in report
 
 
 async def test_wake_hints_reports_every_call_against_a_bare_round_trip(redis_url: str) -> None:

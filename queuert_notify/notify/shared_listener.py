@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from itertools import count
 from typing import Any
 
 from queuert_notify.errors import NotifyAdapterClosedError
@@ -36,9 +35,8 @@ class SharedListener:
         self._subscribe = subscribe
         self._unsubscribe = unsubscribe
         self._lock = asyncio.Lock()
-        # channel -> payload key (None = every payload) -> registration id -> callback
-        self._routes: dict[str, dict[str | None, dict[int, Callable[..., object]]]] = {}
-        self._ids = count()
+        # channel -> payload key (None = every payload) -> registration -> callback
+        self._routes: dict[str, dict[str | None, dict[_Registration, Callable[..., object]]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._disposed = False
 
@@ -56,8 +54,7 @@ class SharedListener:
         """Register ``callback`` for payloads equal to one of ``keys`` on
         ``channel`` (``ANY_PAYLOAD`` for all); subscribes the channel first if
         it has no callback yet. Returns an idempotent unsubscribe."""
-        keys = list(dict.fromkeys(keys))
-        reg_id = next(self._ids)
+        registration = _Registration(self, channel, tuple(dict.fromkeys(keys)))
         async with self._lock:
             if self._disposed:
                 raise NotifyAdapterClosedError("the notify adapter is closed; create a new one")
@@ -66,35 +63,35 @@ class SharedListener:
                 await self._subscribe(channel)
                 self._routes[channel] = {}
             routes = self._routes[channel]
-            for key in keys:
-                routes.setdefault(key, {})[reg_id] = callback
+            for key in registration.keys:
+                routes.setdefault(key, {})[registration] = callback
+        return registration
 
-        async def unsubscribe() -> None:
-            async with self._lock:
-                routes = self._routes.get(channel)
-                if routes is None:
-                    return
-                for key in keys:
-                    callbacks = routes.get(key)
-                    if callbacks is not None:
-                        callbacks.pop(reg_id, None)
-                        if not callbacks:
-                            del routes[key]
-                if not routes:
-                    del self._routes[channel]
-                    if not self._disposed:
-                        try:
-                            await self._unsubscribe(channel)
-                        except Exception:
-                            # The registration is gone either way; a transport
-                            # subscription left behind only carries unrouted hints.
-                            logger.warning(
-                                "transport unsubscribe failed",
-                                exc_info=True,
-                                extra={"channel": channel},
-                            )
-
-        return unsubscribe
+    async def _remove(self, registration: _Registration) -> None:
+        async with self._lock:
+            channel = registration.channel
+            routes = self._routes.get(channel)
+            if routes is None:
+                return
+            for key in registration.keys:
+                callbacks = routes.get(key)
+                if callbacks is not None:
+                    callbacks.pop(registration, None)
+                    if not callbacks:
+                        del routes[key]
+            if not routes:
+                del self._routes[channel]
+                if not self._disposed:
+                    try:
+                        await self._unsubscribe(channel)
+                    except Exception:
+                        # The registration is gone either way; a transport
+                        # subscription left behind only carries unrouted hints.
+                        logger.warning(
+                            "transport unsubscribe failed",
+                            exc_info=True,
+                            extra={"channel": channel},
+                        )
 
     def dispatch(self, channel: str, payload: str, *args: object) -> int:
         """Run the callbacks registered for ``payload`` (and for every payload)
@@ -144,3 +141,23 @@ class SharedListener:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Registration:
+    """One ``add``: its unsubscribe function (idempotent) and its key in the routes.
+
+    A slotted object rather than a closure: every awaited chain and running job
+    holds one while idle, and a closure with its cells costs several times more.
+    """
+
+    __slots__ = ("channel", "keys", "listener")
+
+    def __init__(
+        self, listener: SharedListener, channel: str, keys: tuple[str | None, ...]
+    ) -> None:
+        self.listener = listener
+        self.channel = channel
+        self.keys = keys
+
+    async def __call__(self) -> None:
+        await self.listener._remove(self)

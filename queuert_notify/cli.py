@@ -18,7 +18,7 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from queuert_notify.errors import QueuertError, mask_url
+from queuert_notify.errors import ConfigurationError, QueuertError, mask_url
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -298,15 +298,31 @@ async def _with_state(
     table_prefix: str,
     action: Callable[[SqlAlchemyStateAdapter], Awaitable[T]],
 ) -> T:
-    from sqlalchemy.ext.asyncio import create_async_engine
-
     from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 
-    engine: AsyncEngine = create_async_engine(_async_url(database_url))
+    engine = _engine(database_url)
     try:
         return await action(SqlAlchemyStateAdapter(engine, table_prefix=table_prefix))
     finally:
         await engine.dispose()
+
+
+def _engine(database_url: str) -> AsyncEngine:
+    """An engine for ``database_url``; a URL that names no installed async driver is a
+    ConfigurationError (shown without its password), not a traceback."""
+    from sqlalchemy.exc import ArgumentError, InvalidRequestError
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    try:
+        return create_async_engine(_async_url(database_url))
+    except (ArgumentError, InvalidRequestError, ImportError) as exc:
+        # ArgumentError: unparseable or unknown dialect; InvalidRequestError: a sync
+        # driver; ImportError: a driver that is not installed.
+        reason = str(exc).splitlines()[0]
+        raise ConfigurationError(
+            f"unsupported database URL {mask_url(database_url)!r} ({reason}); use "
+            "postgresql+psycopg://user@host/db or sqlite+aiosqlite:///jobs.db"
+        ) from None
 
 
 def _async_url(url: str) -> str:

@@ -31,23 +31,28 @@ def is_connection_loss(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and exc.connection_invalidated
 
 
-async def retry_on_connection_loss(call: Callable[[], Awaitable[T]], *, what: str) -> T:
+async def retry_on_connection_loss(
+    call: Callable[[], Awaitable[T]], *, what: str, until: float | None = None
+) -> T:
     """Await ``call()``, calling again with jittered exponential backoff while it fails
-    with a lost connection, up to :data:`RETRY_ATTEMPTS` calls.
+    with a lost connection, up to :data:`RETRY_ATTEMPTS` calls or, with ``until`` (a
+    ``loop.time()``), for as long as the next call would start before ``until``.
 
     Only for calls that are safe to repeat: reads, writes fenced by a lease token, and
     writes in a transaction of their own. A connection lost while COMMIT was in flight
     leaves that commit's outcome unknown; a fenced write repeated after it is refused
     (``JobOwnershipLostError``) and changes nothing.
     """
+    loop = asyncio.get_running_loop()
     delay, attempt = _FIRST_DELAY, 1
     while True:
         try:
             return await call()
         except DBAPIError as exc:
-            if not is_connection_loss(exc) or attempt >= RETRY_ATTEMPTS:
-                raise
             pause = delay * random.uniform(0.5, 1.0)
+            exhausted = attempt >= RETRY_ATTEMPTS if until is None else loop.time() + pause >= until
+            if not is_connection_loss(exc) or exhausted:
+                raise
             logger.warning(
                 "database connection lost during %s; retrying in %.2fs",
                 what,

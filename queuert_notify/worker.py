@@ -612,6 +612,15 @@ class Worker:
                     self._lose(run, "lease expired while renewal kept failing")
                 interval = min(self.lease / 3, 1.0)
 
+    def _lease_deadline(self, run: _Run) -> float | None:
+        """The ``loop.time()`` at which the run's lease expires (``None`` if unknown):
+        the handler's work is done, so writing its outcome is worth retrying until then
+        rather than running the handler again after a reap."""
+        if run.leased_until is None:
+            return None
+        left = (_aware(run.leased_until) - datetime.now(UTC)).total_seconds()
+        return asyncio.get_running_loop().time() + left
+
     def _check_ownership(self, run: _Run) -> None:
         """An ownership-lost notification is a hint too (it may be stale or forged):
         confirm with a fenced renewal before cancelling."""
@@ -697,7 +706,9 @@ class Worker:
                 # Fenced by the lease token: a repeat after a commit that did land is
                 # refused and changes nothing.
                 outcome = await retry_on_connection_loss(
-                    lambda: batcher.complete(completion), what="completing a job"
+                    lambda: batcher.complete(completion),
+                    what="completing a job",
+                    until=self._lease_deadline(run),
                 )
         except Exception as exc:
             if session is not None:
@@ -757,6 +768,7 @@ class Worker:
                     job.id, run.lease_token, error, notes=notes, retry_delay=retry_delay
                 ),
                 what="recording a failed attempt",
+                until=self._lease_deadline(run),
             )
         except JobOwnershipLostError as lost:
             self._emit("ownership_lost", job, error=str(lost))

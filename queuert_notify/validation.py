@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from queuert_notify.errors import InvalidInputError
 from state_adapters.protocol import NewChain, NewJob
@@ -83,48 +83,103 @@ def check_dedup_key(dedup_key: object) -> str | None:
     return check_text(dedup_key, "dedup_key")
 
 
+_JSON_TYPES = "dict, list, str, int, float, bool, None"
+
+
 def check_json(value: Any, what: str) -> Any:
     """Return ``value`` if every database stores it as JSON and reads it back equal
     (tuples come back as lists); the error names the offending place, e.g.
-    ``input["items"][3]``."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(
-            f"{what} must be JSON-serializable (dict, list, str, int, float, bool, None): {exc}"
-        ) from None
-    except RecursionError:
-        raise InvalidInputError(
-            f"{what} is nested more than {MAX_JSON_DEPTH} levels deep"
-        ) from None
-    # json.dumps accepted it, so it is a tree of dicts, lists, tuples and scalars
-    # (no cycles); walk it without recursion for what JSON allows but a database
-    # would refuse or change.
-    stack: list[tuple[Any, str, int]] = [(value, what, 0)]
+    ``input['items'][3]``."""
+    # One walk, without recursion, accepts what ``json.dumps(allow_nan=False)`` accepts
+    # (subclasses of the JSON types included) minus what a database would refuse or
+    # change. Every value runs through it (inputs, outputs, progress), so it records
+    # (node, parent position, key, depth) and spells a path out only for an error.
+    nodes: list[tuple[Any, int, Any, int]] = [(value, -1, None, 0)]
+    stack = [0]
     while stack:
-        node, path, depth = stack.pop()
+        position = stack.pop()
+        node, _, _, depth = nodes[position]
+        if node is None or isinstance(node, bool):
+            continue
         if isinstance(node, str):
-            check_text(node, path)
-        elif isinstance(node, int) and not isinstance(node, bool):
+            if not _plain_text(node):
+                check_text(node, _json_path(nodes, position, what))
+        elif isinstance(node, int):
             if not JSON_INT_MIN <= node <= JSON_INT_MAX:
+                path = _json_path(nodes, position, what)
                 raise InvalidInputError(
                     f"{path} is an integer outside 64 bits ({node}); send it as a string"
                 )
-        elif isinstance(node, dict | list | tuple):
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                path = _json_path(nodes, position, what)
+                raise InvalidInputError(
+                    f"{what} must be JSON-serializable ({_JSON_TYPES}): {path} is {node}, "
+                    "which JSON cannot represent"
+                )
+        elif isinstance(node, dict):
             if depth >= MAX_JSON_DEPTH:
-                raise InvalidInputError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
-            if isinstance(node, dict):
-                for key, item in node.items():
+                _refuse_deep(value, what)
+            for key, item in node.items():
+                if not (isinstance(key, str) and _plain_text(key)):
+                    path = _json_path(nodes, position, what)
                     if not isinstance(key, str):
                         raise InvalidInputError(
                             f"{path} has the key {key!r} ({type(key).__name__}); JSON object "
                             "keys must be strings"
                         )
                     check_text(key, f"a key of {path}")
-                    stack.append((item, f"{path}[{key!r}]", depth + 1))
-            else:
-                stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node))
+                stack.append(len(nodes))
+                nodes.append((item, position, key, depth + 1))
+        elif isinstance(node, list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                _refuse_deep(value, what)
+            for index, item in enumerate(node):
+                stack.append(len(nodes))
+                nodes.append((item, position, index, depth + 1))
+        else:
+            path = _json_path(nodes, position, what)
+            raise InvalidInputError(
+                f"{what} must be JSON-serializable ({_JSON_TYPES}): {path} is an object of "
+                f"type {type(node).__name__}, which is not JSON serializable"
+            )
     return value
+
+
+def _refuse_deep(value: Any, what: str) -> NoReturn:
+    """Raise for a value nested deeper than :data:`MAX_JSON_DEPTH`, saying whether it
+    is a cycle (which the JSON encoder detects) or only deep."""
+    try:
+        json.dumps(value)
+    except ValueError as exc:  # "Circular reference detected"
+        raise InvalidInputError(
+            f"{what} must be JSON-serializable ({_JSON_TYPES}): {exc}"
+        ) from None
+    except RecursionError:
+        pass
+    raise InvalidInputError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+
+
+def _plain_text(text: str) -> bool:
+    """True when :func:`check_text` would accept ``text`` (ASCII answers fastest)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _json_path(nodes: Sequence[tuple[Any, int, Any, int]], position: int, what: str) -> str:
+    """``input['items'][3]``: how to reach ``nodes[position]`` from the root."""
+    keys = []
+    while position > 0:
+        _, position, key, _ = nodes[position]
+        keys.append(f"[{key!r}]")
+    return what + "".join(reversed(keys))
 
 
 def check_seconds(value: object, what: str, *, allow_zero: bool) -> float:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -117,11 +118,13 @@ class NotificationBuffer:
         counts, chains, jobs = self.scheduled, self.completed_chains, self.lost_jobs
         self.clear()
         if counts:
-            await _send("notify_jobs_scheduled", notify.notify_jobs_scheduled(counts))
+            await _send(notify, "notify_jobs_scheduled", notify.notify_jobs_scheduled(counts))
         for chain_id in chains:
-            await _send("notify_chain_completed", notify.notify_chain_completed(chain_id))
+            await _send(notify, "notify_chain_completed", notify.notify_chain_completed(chain_id))
         for job_id in jobs:
-            await _send("notify_job_ownership_lost", notify.notify_job_ownership_lost(job_id))
+            await _send(
+                notify, "notify_job_ownership_lost", notify.notify_job_ownership_lost(job_id)
+            )
 
     # -- savepoints (used by the transaction hooks) ------------------------------------
 
@@ -144,15 +147,49 @@ class NotificationBuffer:
                 return
 
 
-async def _send(what: str, call: Any) -> None:
-    try:
-        await call
-    except Exception:
+FAILURE_WARNING_INTERVAL = 10.0
+"""While sends to one adapter keep failing (an outage), at most one warning per this
+many seconds; the failures in between are counted in the next one and logged at DEBUG."""
+
+
+@dataclass
+class _SendFailures:
+    """Failed sends since the last warning, so an outage costs one log line per
+    interval instead of a traceback per notification (which would cost more CPU than
+    the jobs themselves)."""
+
+    unreported: int = 0
+    last_warning: float = float("-inf")
+
+    def record(self, what: str) -> None:
+        now = time.monotonic()
+        if now - self.last_warning < FAILURE_WARNING_INTERVAL:
+            self.unreported += 1
+            logger.debug("sending a notification failed", exc_info=True)
+            return
+        since = f" ({self.unreported} more since the last warning)" if self.unreported else ""
         logger.warning(
-            "sending a notification failed; workers will find the change on their next poll",
+            "sending a notification failed%s; workers will find the change on their next poll",
+            since,
             exc_info=True,
             extra={"notification": what},
         )
+        self.last_warning, self.unreported = now, 0
+
+
+_failures: weakref.WeakKeyDictionary[NotifyAdapter, _SendFailures] = weakref.WeakKeyDictionary()
+_failures_of_unhashable = _SendFailures()
+
+
+async def _send(notify: NotifyAdapter, what: str, call: Any) -> None:
+    try:
+        await call
+    except Exception:
+        try:
+            failures = _failures.setdefault(notify, _SendFailures())
+        except TypeError:  # an adapter that cannot be hashed or weakly referenced
+            failures = _failures_of_unhashable
+        failures.record(what)
 
 
 # -- after-commit flushing -------------------------------------------------------------

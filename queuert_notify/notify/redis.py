@@ -27,6 +27,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from queuert_notify.errors import ConfigurationError, NotifyAdapterClosedError, mask_url
@@ -106,8 +107,9 @@ class RedisNotifyAdapter:
       task running; afterwards calls raise ``NotifyAdapterClosedError``.
 
     While Redis is unreachable, ``notify_*``, hint and ``listen_*`` calls raise
-    ``redis.exceptions.ConnectionError``: notifications are hints, so callers
-    log and rely on polling.
+    ``redis.exceptions.ConnectionError`` (``notify_*`` and hint calls at once,
+    without connection attempts, while the subscriber knows the connection is
+    lost): notifications are hints, so callers log and rely on polling.
 
     Redis Cluster: pass ``cluster=True`` with the URL of any node, or a
     caller-owned ``redis.asyncio.cluster.RedisCluster`` as ``client``. Every
@@ -177,6 +179,7 @@ class RedisNotifyAdapter:
         self._reader: asyncio.Task[None] | None = None
         self._connect_lock = asyncio.Lock()
         self._connected = False
+        self._lost = False  # the reader lost the subscriber connection, not yet restored
         self._closed = False
         self._ignored_messages = 0
 
@@ -265,7 +268,7 @@ class RedisNotifyAdapter:
         if self._cluster is not None:
             await self._cluster.notify_job_scheduled(type_name)
             return
-        await self._ready()
+        await self._ready_to_send()
         await self._commands.publish(self._sched, encode_payload("type name", type_name))
 
     async def listen_job_scheduled(
@@ -280,7 +283,7 @@ class RedisNotifyAdapter:
         if self._cluster is not None:
             await self._cluster.notify_chain_completed(chain_id)
             return
-        await self._ready()
+        await self._ready_to_send()
         await self._commands.publish(self._chainc, encode_payload("chain id", chain_id))
 
     async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
@@ -293,7 +296,7 @@ class RedisNotifyAdapter:
         if self._cluster is not None:
             await self._cluster.notify_job_ownership_lost(job_id)
             return
-        await self._ready()
+        await self._ready_to_send()
         await self._commands.publish(self._owls, encode_payload("job id", job_id))
 
     async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
@@ -325,7 +328,7 @@ class RedisNotifyAdapter:
             return
         check_count(count)
         key = hint_key(self._prefix, encode_payload("type name", type_name))
-        await self._ready()
+        await self._ready_to_send()
         if count == 0:
             # INCRBY 0 would create an exhausted budget and hold consumers back.
             return
@@ -336,7 +339,7 @@ class RedisNotifyAdapter:
         if self._cluster is not None:
             return await self._cluster.consume_wake_hint(type_name)
         key = hint_key(self._prefix, encode_payload("type name", type_name))
-        await self._ready()
+        await self._ready_to_send()
         taken = await self._consume_script(keys=[key])
         return bool(taken)
 
@@ -354,7 +357,7 @@ class RedisNotifyAdapter:
             for name, count in counts.items()
             if check_count(count) > 0
         }
-        await self._ready()
+        await self._ready_to_send()
         if not scheduled:
             return
         keys = [hint_key(self._prefix, name) for name in scheduled]
@@ -394,15 +397,14 @@ class RedisNotifyAdapter:
     async def _read_loop(self) -> None:
         """Read the subscriber connection until cancelled; never dies of a bad message."""
         backoff = _BACKOFF_FIRST
-        lost = False
         while True:
             try:
                 message = await self._pubsub.get_message(timeout=_READ_TIMEOUT)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not lost:
-                    lost = True
+                if not self._lost:
+                    self._lost = True
                     logger.warning(
                         "redis subscriber lost its connection; reconnecting",
                         extra={"address": self._address, "error": repr(exc)},
@@ -412,8 +414,8 @@ class RedisNotifyAdapter:
                 await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
                 backoff = min(backoff * 2, _BACKOFF_MAX)
                 continue
-            if lost:
-                lost = False
+            if self._lost:
+                self._lost = False
                 backoff = _BACKOFF_FIRST
                 logger.info("redis subscriber reconnected", extra={"address": self._address})
             if message is not None:
@@ -462,6 +464,15 @@ class RedisNotifyAdapter:
         self._check_open()
         if not self._connected:
             await self.connect()
+
+    async def _ready_to_send(self) -> None:
+        await self._ready()
+        if self._lost:
+            # Fail at once instead of each call waiting out its own reconnect attempts:
+            # during an outage that would cost every job the retry delays.
+            raise RedisConnectionError(
+                f"Redis at {self._address} is unreachable; the subscriber is reconnecting"
+            )
 
     def _check_open(self) -> None:
         if self._closed:

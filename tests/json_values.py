@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from hypothesis import strategies as st
@@ -38,19 +37,6 @@ def same_json(stored: Any, read_back: Any) -> bool:
     return type(stored) is type(read_back) and stored == read_back
 
 
-def is_storable_text(value: str) -> bool:
-    """Text every database stores: valid Unicode without NUL."""
-    return "\x00" not in value and _encodes(value)
-
-
-def _encodes(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 any_text = st.text(st.characters(codec=None), max_size=40)
 """Any Python string: NUL, lone surrogates, control characters, emoji."""
 
@@ -73,7 +59,3 @@ any_json_like = st.recursive(
 )
 """JSON-shaped values, some of which a database cannot store (NaN, NUL, huge ints,
 int keys, lone surrogates): the queue must refuse exactly those."""
-
-
-def json_text(value: Any) -> str:
-    return json.dumps(value, allow_nan=False)

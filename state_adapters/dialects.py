@@ -5,8 +5,9 @@ here. Supported: ``postgresql+psycopg`` and ``sqlite+aiosqlite``.
 
 SQLite engines are configured once, through events on the sync engine:
 
-- ``connect``: WAL journal, a long ``busy_timeout``, and the driver's own
-  transaction handling switched off (``isolation_level = None``);
+- ``connect``: WAL journal, a long ``busy_timeout``, ``synchronous`` (``NORMAL``
+  by default, see :data:`SQLITE_SYNCHRONOUS`), and the driver's own transaction
+  handling switched off (``isolation_level = None``);
 - ``begin``: every transaction starts with ``BEGIN IMMEDIATE``, so a writer
   takes the write lock up front and waits (up to the busy timeout) instead of
   failing with "database is locked" when it upgrades a read lock later.
@@ -21,25 +22,46 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from typing import Any
+import weakref
+from typing import Any, Literal
 
 from sqlalchemy import Select, event, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import ColumnElement, UnaryExpression
+from sqlalchemy.sql.operators import custom_op
 
 from queuert_notify.errors import ConfigurationError, mask_url
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 """How long a SQLite writer waits for the write lock before "database is locked"."""
 
+SqliteSynchronous = Literal["NORMAL", "FULL"]
+SQLITE_SYNCHRONOUS: SqliteSynchronous = "NORMAL"
+"""The default ``PRAGMA synchronous`` of SQLite connections.
+
+Under WAL, ``NORMAL`` syncs the log at checkpoints rather than at every commit:
+a committed transaction survives the process crashing or being killed (the
+log is in the OS's hands), and the file is never corrupted, but a power loss
+or an OS crash may undo the last transactions before the next checkpoint.
+``FULL`` syncs at every commit (about ten times slower per transaction here),
+for data that must survive power loss.
+"""
+
 _SUPPORTED = {("postgresql", "psycopg"), ("sqlite", "aiosqlite")}
 _SQLITE_READY = "queuert_sqlite_ready"
+# Each engine's choice, keyed by its dialect: shared by its execution-option views
+# and kept across dispose().
+_SYNCHRONOUS: weakref.WeakKeyDictionary[Dialect, SqliteSynchronous] = weakref.WeakKeyDictionary()
 _READ_ONLY = "queuert_read_only"
 # Postgres SQLSTATEs after which the whole transaction may simply be retried.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}
+_INVALID_TEXT_REPRESENTATION = "22P02"
+NEEDS_TRANSACTION = "queuert: a finished chain has dependents; complete it in a transaction"
+"""Raised from SQL (as invalid integer text) by a one-statement completion that must
+run in a transaction instead; the statement then wrote nothing."""
 
 
 def check_supported(engine: AsyncEngine) -> None:
@@ -57,34 +79,47 @@ def is_postgres(engine_or_connection: AsyncEngine | AsyncConnection) -> bool:
     return engine_or_connection.dialect.name == "postgresql"
 
 
-def configure_engine(engine: AsyncEngine) -> None:
-    """Install the SQLite connection hooks (idempotent; nothing to do on Postgres)."""
+def configure_engine(
+    engine: AsyncEngine, *, synchronous: SqliteSynchronous = SQLITE_SYNCHRONOUS
+) -> None:
+    """Install the SQLite connection hooks (idempotent; nothing to do on Postgres).
+
+    ``synchronous`` applies to the engine's connections from their next
+    transaction on; the last adapter configured on an engine decides it.
+    """
+    if synchronous not in ("NORMAL", "FULL"):
+        raise ConfigurationError(
+            f"sqlite_synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}"
+        )
     if engine.dialect.name != "sqlite":
         return
     sync_engine = engine.sync_engine
+    _SYNCHRONOUS[sync_engine.dialect] = synchronous
     if not event.contains(sync_engine, "begin", _sqlite_begin_immediate):
         event.listen(sync_engine, "begin", _sqlite_begin_immediate)
 
 
-def _sqlite_prepare(dbapi_connection: Any) -> bool:
+def _sqlite_prepare(dbapi_connection: Any, synchronous: str) -> bool:
     """Configure one connection; False if WAL could not be switched on yet."""
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA journal_mode")
-        if cursor.fetchone()[0] == "wal":
-            return True
-        try:
-            cursor.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.OperationalError as exc:
-            # Switching a new file to WAL needs the database to itself and does
-            # not wait for the busy timeout; another connection is using it
-            # (possibly switching it right now). WAL is a property of the file,
-            # so try again at this connection's next transaction.
-            if "locked" not in str(exc):
-                raise
-            return False
+        if cursor.fetchone()[0] != "wal":
+            try:
+                cursor.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError as exc:
+                # Switching a new file to WAL needs the database to itself and
+                # does not wait for the busy timeout; another connection is using
+                # it (possibly switching it right now). WAL is a property of the
+                # file, so try again at this connection's next transaction.
+                if "locked" not in str(exc):
+                    raise
+                return False
+        # Only under WAL: NORMAL with a rollback journal could corrupt the file
+        # on power loss.
+        cursor.execute(f"PRAGMA synchronous = {synchronous}")
         return True
     finally:
         cursor.close()
@@ -94,8 +129,10 @@ def _sqlite_begin_immediate(connection: Connection) -> None:
     # Prepared lazily here rather than on "connect": connections the
     # application pooled before the adapter existed get the same settings.
     fairy = connection.connection
-    if not fairy.info.get(_SQLITE_READY):
-        fairy.info[_SQLITE_READY] = _sqlite_prepare(fairy.dbapi_connection)
+    synchronous = _SYNCHRONOUS.get(connection.dialect, SQLITE_SYNCHRONOUS)
+    if fairy.info.get(_SQLITE_READY) != synchronous:
+        ready = _sqlite_prepare(fairy.dbapi_connection, synchronous)
+        fairy.info[_SQLITE_READY] = synchronous if ready else None
     if connection.get_execution_options().get(_READ_ONLY):
         connection.exec_driver_sql("BEGIN")
     else:
@@ -175,6 +212,20 @@ def id_in_selected(
     return id_column.in_(selected.scalar_subquery())
 
 
+def without_index(expression: ColumnElement[Any], postgres: bool) -> ColumnElement[Any]:
+    """``expression`` as a term no index may serve (SQLite: ``+expression``).
+
+    SQLite's planner picks one index per table and, with or without statistics,
+    sometimes picks the one that matches the most terms rather than the one that
+    yields rows in the wanted order or the fewest rows (it would scan every
+    pending job through ``status = 'pending'``, or sort every due job to claim
+    ten). Postgres costs its plans well, so it gets the expression unchanged.
+    """
+    if postgres:
+        return expression
+    return UnaryExpression(expression, operator=custom_op("+"), type_=expression.type)
+
+
 def share_lock(select: Select[Any], postgres: bool) -> Select[Any]:
     """Lock rows against concurrent updates until commit (Postgres ``FOR SHARE``)."""
     if postgres:
@@ -201,6 +252,16 @@ async def take_migration_lock(connection: AsyncConnection, name: str) -> None:
     digest = hashlib.sha256(f"queuert-notify:migrate:{name}".encode()).digest()
     key = int.from_bytes(digest[:8], "big", signed=True)
     await connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
+def needs_transaction(exc: BaseException) -> bool:
+    """True when a one-statement completion refused to run alone (see
+    :meth:`Statements.complete_in_one_statement`): nothing was written."""
+    return (
+        isinstance(exc, DBAPIError)
+        and getattr(exc.orig, "sqlstate", None) == _INVALID_TEXT_REPRESENTATION
+        and NEEDS_TRANSACTION in str(exc.orig)
+    )
 
 
 def is_retryable(exc: BaseException) -> bool:

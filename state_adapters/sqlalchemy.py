@@ -85,6 +85,12 @@ class SqlAlchemyStateAdapter:
     shape the retry delay after a failed attempt n:
     ``min(cap, base * 2 ** (n - 1))`` ± 10 %. Unsupported drivers raise
     :class:`ConfigurationError` here, not at the first query.
+
+    SQLite only: the engine's connections get WAL, a long busy timeout and
+    ``PRAGMA synchronous = sqlite_synchronous``. ``"NORMAL"`` (the default) keeps
+    every commit through a crash or kill of the process but may lose the last
+    commits to a power loss or OS crash; ``"FULL"`` syncs every commit to disk,
+    about ten times slower per transaction.
     """
 
     def __init__(
@@ -95,6 +101,7 @@ class SqlAlchemyStateAdapter:
         schema: str | None = None,
         backoff_base: float = DEFAULT_BACKOFF_BASE,
         backoff_cap: float = DEFAULT_BACKOFF_CAP,
+        sqlite_synchronous: dialects.SqliteSynchronous = dialects.SQLITE_SYNCHRONOUS,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
             raise ConfigurationError(
@@ -107,7 +114,7 @@ class SqlAlchemyStateAdapter:
             raise ConfigurationError(
                 f"need 0 <= backoff_base <= backoff_cap, got {backoff_base} and {backoff_cap}"
             )
-        dialects.configure_engine(engine)
+        dialects.configure_engine(engine, synchronous=sqlite_synchronous)
         self.engine = engine
         self.tables = make_tables(table_prefix, schema)
         self.metadata = self.tables.metadata
@@ -366,6 +373,19 @@ class SqlAlchemyStateAdapter:
                 validation.check_json(completion.output, "output")
         if not completions:
             return []
+        if session is None and self._postgres:
+            # One round trip instead of BEGIN, the statement and COMMIT, unless a
+            # finished chain has dependents to unblock (or a deadlock was detected).
+            staged = NotificationBuffer()
+            try:
+                async with self._single_writer.connect() as conn:
+                    results = await self._complete(conn, staged, completions, alone=True)
+            except DBAPIError as exc:
+                if not (dialects.needs_transaction(exc) or dialects.is_retryable(exc)):
+                    raise
+            else:
+                notes.absorb(staged)
+                return results
         return await self._write(session, notes, lambda c, n: self._complete(c, n, completions))
 
     async def _complete(
@@ -373,6 +393,8 @@ class SqlAlchemyStateAdapter:
         conn: AsyncConnection,
         notes: NotificationBuffer,
         completions: Sequence[Completion],
+        *,
+        alone: bool = False,
     ) -> list[JobRecord | JobOwnershipLostError]:
         now = _now()
         first: dict[str, Completion] = {}
@@ -386,7 +408,9 @@ class SqlAlchemyStateAdapter:
             if c.continue_with is not None
         ]
         if self._postgres:
-            done, finalized = await self._complete_in_one_statement(conn, first, next_jobs, now)
+            done, finalized = await self._complete_in_one_statement(
+                conn, first, next_jobs, now, alone=alone
+            )
         else:
             done, finalized = await self._complete_step_by_step(conn, first, next_jobs, now)
         for row in next_jobs:
@@ -410,13 +434,15 @@ class SqlAlchemyStateAdapter:
         first: Mapping[str, Completion],
         next_jobs: Sequence[Mapping[str, Any]],
         now: datetime,
+        *,
+        alone: bool,
     ) -> tuple[dict[str, JobRecord], list[tuple[str, bool]]]:
         completions = [
             (c.job_id, c.lease_token, None if c.continue_with else c.output, not c.continue_with)
             for c in first.values()
         ]
         result = await conn.execute(
-            *self._sql.complete_in_one_statement(completions, next_jobs, now)
+            *self._sql.complete_in_one_statement(completions, next_jobs, now, alone=alone)
         )
         done: dict[str, JobRecord] = {}
         finalized: list[tuple[str, bool]] = []
@@ -434,11 +460,13 @@ class SqlAlchemyStateAdapter:
         now: datetime,
     ) -> tuple[dict[str, JobRecord], list[tuple[str, bool]]]:
         statement = self._sql.complete_leased(
-            {c.job_id: c.lease_token for c in first.values()},
-            {c.job_id: None if c.continue_with else c.output for c in first.values()},
+            [
+                (c.job_id, c.lease_token, None if c.continue_with else c.output)
+                for c in first.values()
+            ],
             now,
         )
-        done = {row["id"]: _job_record(row) for row in (await conn.execute(statement)).mappings()}
+        done = {row["id"]: _job_record(row) for row in (await conn.execute(*statement)).mappings()}
         rows = []
         for next_job in next_jobs:
             row = dict(next_job)

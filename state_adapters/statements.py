@@ -6,6 +6,7 @@ values. Dialect differences come from :mod:`state_adapters.dialects`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
@@ -22,6 +23,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     column,
     delete,
     exists,
@@ -29,6 +31,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     null,
     or_,
     select,
@@ -250,7 +253,9 @@ class Statements:
             .where(
                 jobs.c.status == "pending",
                 jobs.c.type_name.in_(bindparam("type_names", expanding=True)),
-                jobs.c.scheduled_at <= bindparam("now", type_=UtcDateTime()),
+                # Read off the acquire index in claim order, never sorted from another.
+                dialects.without_index(jobs.c.scheduled_at, self.postgres)
+                <= bindparam("now", type_=UtcDateTime()),
             )
             .order_by(jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
             .limit(bindparam("limit"))
@@ -259,7 +264,8 @@ class Statements:
         return (
             update(jobs)
             .where(dialects.id_in_selected(jobs.c.id, best, self.postgres))
-            .where(jobs.c.status == "pending")
+            # Rechecked after the row lock (Postgres); the rows come by primary key.
+            .where(dialects.without_index(jobs.c.status, self.postgres) == "pending")
             .values(
                 status="running",
                 attempt=jobs.c.attempt + 1,
@@ -271,24 +277,46 @@ class Statements:
         )
 
     def complete_leased(
-        self, tokens: Mapping[str, str], outputs: Mapping[str, Any], now: datetime
-    ) -> Update:
-        """SQLite: complete each job whose lease token still matches; returns the
-        completed rows. (Postgres uses :meth:`complete_in_one_statement`.)"""
+        self, completions: Sequence[tuple[str, str, Any]], now: datetime
+    ) -> tuple[Update, dict[str, Any]]:
+        """SQLite: complete each job whose lease token still matches, in one statement
+        of fixed shape fed with one JSON document (so it compiles once, whatever the
+        batch size); returns the completed rows. (Postgres uses
+        :meth:`complete_in_one_statement`.)
+
+        ``completions``: (job id, lease token, output); outputs are embedded as JSON
+        text and stored as they are.
+        """
+        batch = [
+            {"id": job_id, "token": token, "output": json.dumps(output)}
+            for job_id, token, output in completions
+        ]
+        return self._complete_leased, {"batch": json.dumps(batch), "now": now}
+
+    @cached_property
+    def _complete_leased(self) -> Update:
         jobs = self.tables.jobs
-        token_of = case(tokens, value=jobs.c.id)
-        output_of = case(
-            {job_id: type_coerce(output, _JSON) for job_id, output in outputs.items()},
-            value=jobs.c.id,
+        given = func.json_each(bindparam("batch", type_=String())).table_valued(
+            "value", name="given"
         )
+
+        def field(name: str) -> ColumnElement[Any]:
+            return func.json_extract(given.c.value, literal_column(f"'$.{name}'"))
+
         return (
             update(jobs)
             .where(
-                jobs.c.id.in_(list(tokens)),
-                jobs.c.lease_token == token_of,
-                jobs.c.status == "running",
+                jobs.c.id == field("id"),
+                jobs.c.lease_token == field("token"),
+                # By primary key from the document, not by scanning running jobs.
+                dialects.without_index(jobs.c.status, self.postgres) == "running",
             )
-            .values(status="completed", output=output_of, completed_at=now, leased_until=None)
+            .values(
+                status="completed",
+                output=field("output"),
+                completed_at=bindparam("now", type_=UtcDateTime()),
+                leased_until=None,
+            )
             .returning(*self.job_columns)
         )
 
@@ -297,6 +325,8 @@ class Statements:
         completions: Sequence[tuple[str, str, Any, bool]],
         next_jobs: Sequence[Mapping[str, Any]],
         now: datetime,
+        *,
+        alone: bool,
     ) -> tuple[Any, dict[str, Any]]:
         """Postgres: complete leased jobs, create the next jobs of continued chains
         and make finished chains final, in one statement of fixed shape.
@@ -306,6 +336,13 @@ class Statements:
         Rows: every completed job, plus ``finalized_id`` and ``has_dependents`` for
         the chains it made final. A chain row that another transaction holds is
         waited for and then read as committed, so ``has_dependents`` is current.
+
+        ``alone``: the statement is its own transaction (autocommit, one round
+        trip). Unblocking the dependents of a chain needs a later statement of the
+        same transaction (it must see the jobs blocked while the chain row was
+        waited for), so then a chain with dependents makes the statement fail with
+        :data:`dialects.NEEDS_TRANSACTION` in the error, and nothing is written: run it again
+        in a transaction.
         """
         done = [
             {"id": job_id, "token": token, "output": output, "finishes": finishes}
@@ -323,7 +360,8 @@ class Statements:
             }
             for row in next_jobs
         ]
-        return self._complete_in_one_statement, {"done": done, "follow": follow, "now": now}
+        params = {"done": done, "follow": follow, "now": now, "alone": alone}
+        return self._complete_in_one_statement, params
 
     @cached_property
     def _complete_in_one_statement(self) -> Any:
@@ -397,6 +435,17 @@ class Statements:
                 *(done.c[c.name] for c in self.job_columns),
                 final.c.id.label("finalized_id"),
                 final.c.has_dependents,
+                # An error raised from SQL rolls the whole statement back.
+                cast(
+                    case(
+                        (
+                            and_(bindparam("alone", type_=Boolean()), final.c.has_dependents),
+                            literal(dialects.NEEDS_TRANSACTION),
+                        ),
+                        else_=null(),
+                    ),
+                    Integer(),
+                ).label("refused"),
             )
             .select_from(done.outerjoin(final, final.c.id == done.c.chain_id))
             .add_cte(continued)

@@ -113,10 +113,37 @@ async def test_completing_a_batch_costs_the_same_round_trips_as_one_job(
             [Completion(j.id, j.lease_token or "", continue_with=follow) for j in many[20:]],
             notes=notes,
         )
-    # One statement completes the jobs, creates continuations and makes chains
-    # final; nobody waits on these chains, so no unblocking statement follows.
-    assert single.round_trips == batch.round_trips == continued.round_trips == 3
+    # One autocommit statement completes the jobs, creates continuations and makes
+    # chains final; nobody waits on these chains, so no unblocking statement follows.
+    assert single.round_trips == batch.round_trips == continued.round_trips == 1
     assert (await state.count_jobs(type_names=["next"]))["pending"] == 19
+
+
+async def test_completing_a_chain_with_dependents_unblocks_them_in_one_transaction(
+    engine: AsyncEngine, state: SqlAlchemyStateAdapter
+) -> None:
+    notes = NotificationBuffer()
+    blocker, other = await state.start_chains(
+        [NewChain(NewJob("t")), NewChain(NewJob("t"))], notes=notes
+    )
+    (dependent,) = await state.start_chains(
+        [NewChain(NewJob("d"), blockers=[blocker.id])], notes=notes
+    )
+    jobs = await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=2)
+    with counting(engine) as trips:
+        results = await state.complete_jobs(
+            [Completion(j.id, j.lease_token or "", output=1) for j in jobs], notes=notes
+        )
+    assert [r.status for r in results] == ["completed", "completed"]  # type: ignore[union-attr]
+    # The one-statement attempt refuses (writing nothing), then the completion and
+    # the unblocking run in one transaction.
+    assert [s for s, _ in trips.statements] == ["WITH", "WITH", "UPDATE"]
+    assert [autocommit for _, autocommit in trips.statements] == [True, False, False]
+    assert (await state.get_chain(dependent.id)).status == "pending"
+    assert (await state.get_chain(other.id)).status == "completed"
+    # Nothing is noted twice for the refused attempt.
+    assert notes.scheduled == {"t": 2, "d": 1}
+    assert sorted(notes.completed_chains) == sorted([blocker.id, other.id])
 
 
 def test_a_synchronous_engine_is_refused() -> None:

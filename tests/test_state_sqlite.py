@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
+from queuert_notify.errors import ConfigurationError
 from queuert_notify.hooks import NotificationBuffer
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.dialects import SQLITE_BUSY_TIMEOUT_MS
@@ -54,6 +55,23 @@ async def test_connections_use_wal_and_a_long_busy_timeout(
     async with engine.begin() as conn:
         assert await conn.scalar(text("PRAGMA journal_mode")) == "wal"
         assert await conn.scalar(text("PRAGMA busy_timeout")) == SQLITE_BUSY_TIMEOUT_MS
+        # NORMAL (1): under WAL, commits survive a crash of the process, not of the OS.
+        assert await conn.scalar(text("PRAGMA synchronous")) == 1
+
+
+async def test_sqlite_synchronous_full_syncs_every_commit(db_path: Path) -> None:
+    engine = create_async_engine(f"sqlite+aiosqlite:///{db_path}")
+    try:
+        SqlAlchemyStateAdapter(engine, table_prefix=PREFIX, sqlite_synchronous="FULL")
+        async with engine.begin() as conn:
+            assert await conn.scalar(text("PRAGMA synchronous")) == 2
+    finally:
+        await engine.dispose()
+
+
+async def test_an_unknown_sqlite_synchronous_is_refused(engine: AsyncEngine) -> None:
+    with pytest.raises(ConfigurationError, match="sqlite_synchronous must be 'NORMAL' or 'FULL'"):
+        SqlAlchemyStateAdapter(engine, sqlite_synchronous="OFF")  # type: ignore[arg-type]
 
 
 async def test_connections_pooled_before_the_adapter_existed_are_configured_too(

@@ -88,12 +88,16 @@ def _worker(client: Client, worker_id: str, mode: WorkerMode, handler: Any, even
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["atomic", "staged"])
 async def test_killed_backends_mid_run_lose_no_job_and_complete_none_twice(
     engine: AsyncEngine, postgres_url: str, prefix: str, mode: WorkerMode
 ) -> None:
     table_prefix = f"{prefix}_"
-    state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
+    # Short retry backoff: in atomic mode a connection lost at COMMIT fails the attempt.
+    state = SqlAlchemyStateAdapter(
+        engine, table_prefix=table_prefix, backoff_base=0.1, backoff_cap=1.0
+    )
     await state.migrate()
     effects = effects_table(table_prefix)
     async with engine.begin() as conn:

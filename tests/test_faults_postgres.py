@@ -71,6 +71,7 @@ async def engine(postgres_url: str, prefix: str) -> AsyncIterator[AsyncEngine]:
     try:
         yield engine
     finally:
+        await engine.dispose()  # pooled connections may have been killed: start afresh
         await drop_tables(engine, f"{prefix}_")
         await engine.dispose()
 

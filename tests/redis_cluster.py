@@ -6,7 +6,8 @@ directory, client port and cluster-bus port, all picked free on 127.0.0.1, so
 the shared Redis on 6379 is never touched. Tests may kill and restart nodes,
 fail masters over to their replicas and move slots; each such helper returns
 only when every live node reports ``cluster_state:ok`` and agrees on the slot
-map, so the next step starts from a settled cluster.
+map, so the next step starts from a settled cluster. With ``tls`` every node
+speaks only TLS, to clients, replicas and the cluster bus alike.
 """
 
 from __future__ import annotations
@@ -34,6 +35,44 @@ _SETTLE_TIMEOUT = 30.0
 _POLL = 0.05  # interval of the settle loops; a cluster has no event to wait on
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A throwaway CA and a server certificate for 127.0.0.1 signed by it."""
+
+    ca_cert: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def create(cls, workdir: Path) -> TlsFiles:
+        """Generate the files with the ``openssl`` command line (EC keys: fast)."""
+        files = cls(workdir / "ca.crt", workdir / "server.crt", workdir / "server.key")
+        ca_key, request, extensions = (workdir / n for n in ("ca.key", "server.csr", "san.cnf"))
+        extensions.write_text("subjectAltName=IP:127.0.0.1\n")
+        new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        for argv in (
+            ["req", "-x509", *new_key, "-keyout", ca_key, "-out", files.ca_cert,
+             "-days", "2", "-subj", "/CN=queuert-notify test CA"],
+            ["req", "-new", *new_key, "-keyout", files.key, "-out", request,
+             "-subj", "/CN=127.0.0.1"],
+            ["x509", "-req", "-in", request, "-CA", files.ca_cert, "-CAkey", ca_key,
+             "-CAcreateserial", "-out", files.cert, "-days", "2", "-extfile", extensions],
+        ):  # fmt: skip
+            subprocess.run(["openssl", *map(str, argv)], check=True, capture_output=True)
+        return files
+
+    def server_args(self) -> list[str]:
+        """redis-server options: TLS only, for clients, replication and the cluster bus."""
+        return [
+            "--tls-cert-file", str(self.cert),
+            "--tls-key-file", str(self.key),
+            "--tls-ca-cert-file", str(self.ca_cert),
+            "--tls-auth-clients", "no",
+            "--tls-replication", "yes",
+            "--tls-cluster", "yes",
+        ]  # fmt: skip
+
+
 @dataclass
 class ClusterNode:
     """One redis-server process of the cluster; it keeps its port and config across restarts."""
@@ -42,6 +81,7 @@ class ClusterNode:
     bus_port: int
     workdir: Path
     password: str | None = None
+    tls: TlsFiles | None = None
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False  # SIGSTOPped: its sockets stay open, it answers nothing
 
@@ -58,9 +98,12 @@ class ClusterNode:
         return self.process is not None and self.process.poll() is None
 
     def start(self) -> None:
+        ports = ["--port", str(self.port)]
+        if self.tls is not None:
+            ports = ["--port", "0", "--tls-port", str(self.port), *self.tls.server_args()]
         argv = [
             "redis-server",
-            "--port", str(self.port),
+            *ports,
             "--cluster-port", str(self.bus_port),
             "--bind", "127.0.0.1",
             "--cluster-enabled", "yes",
@@ -97,7 +140,12 @@ class ClusterNode:
         self.paused = False
 
     def client(self) -> Redis:
-        return Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=2.0)
+        tls: dict[str, object] = {}
+        if self.tls is not None:
+            tls = {"ssl": True, "ssl_ca_certs": str(self.tls.ca_cert)}
+        return Redis(
+            host="127.0.0.1", port=self.port, password=self.password, socket_timeout=2.0, **tls
+        )
 
 
 @dataclass
@@ -106,6 +154,7 @@ class LocalRedisCluster:
 
     workdir: Path
     password: str | None = None  # every node requires it (clients and replication)
+    tls: TlsFiles | None = None  # every node speaks only TLS
     nodes: list[ClusterNode] = field(default_factory=list)
 
     @property
@@ -114,19 +163,25 @@ class LocalRedisCluster:
 
     @property
     def url(self) -> str:
-        """A ``redis://`` URL of one live node: enough for a cluster client to find the rest."""
+        """A ``redis://`` (``rediss://`` trusting the test CA) URL of one live node:
+        enough for a cluster client to find the rest."""
         auth = f":{self.password}@" if self.password is not None else ""
-        return f"redis://{auth}{self.live_nodes()[0].address}"
+        address = self.live_nodes()[0].address
+        if self.tls is not None:
+            return f"rediss://{auth}{address}/?ssl_ca_certs={self.tls.ca_cert}"
+        return f"redis://{auth}{address}"
 
     def start(self) -> None:
         for index in range(6):
             workdir = self.workdir / f"node{index}"
             workdir.mkdir(parents=True)
-            node = ClusterNode(free_port(), free_port(), workdir, self.password)
+            node = ClusterNode(free_port(), free_port(), workdir, self.password, self.tls)
             self.nodes.append(node)
             node.start()
         create = ["redis-cli", "--cluster", "create", *(node.address for node in self.nodes)]
         auth = ["-a", self.password, "--no-auth-warning"] if self.password is not None else []
+        if self.tls is not None:
+            auth += ["--tls", "--cacert", str(self.tls.ca_cert)]
         subprocess.run(
             [*create, "--cluster-replicas", "1", "--cluster-yes", *auth],
             check=True,
@@ -295,20 +350,27 @@ class LocalRedisCluster:
         return seen
 
 
-def local_redis_cluster(workdir: Path, password: str | None = None) -> Iterator[LocalRedisCluster]:
-    """Start a local cluster in ``workdir``; skip (fail under CI=true) when the Redis
-    binaries are missing; kill every node afterwards."""
-    missing = [binary for binary in ("redis-server", "redis-cli") if shutil.which(binary) is None]
+def local_redis_cluster(
+    workdir: Path, password: str | None = None, *, tls: bool = False
+) -> Iterator[LocalRedisCluster]:
+    """Start a local cluster in ``workdir`` (with ``tls``: TLS only, on certificates of
+    its own); skip (fail under CI=true) when the Redis binaries, or for TLS the
+    ``openssl`` command or redis-server's TLS support, are missing; kill every node
+    afterwards."""
+    binaries = ("redis-server", "redis-cli", *(("openssl",) if tls else ()))
+    missing = [binary for binary in binaries if shutil.which(binary) is None]
     reason = None
     if missing:
         reason = f"{', '.join(missing)} not installed; the Redis Cluster tests start their own"
     elif (version := _server_version()) < (7, 0):
         reason = f"redis-server {version} has no sharded Pub/Sub; Redis Cluster tests need 7.0+"
+    elif tls and not _server_has_tls():
+        reason = "this redis-server was built without TLS (BUILD_TLS=yes)"
     if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
-    cluster = LocalRedisCluster(workdir, password)
+    cluster = LocalRedisCluster(workdir, password, TlsFiles.create(workdir) if tls else None)
     try:
         cluster.start()
         yield cluster
@@ -320,3 +382,15 @@ def _server_version() -> tuple[int, ...]:
     out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=True)
     match = re.search(r"v=(\d+)\.(\d+)", out.stdout)
     return tuple(int(part) for part in match.groups()) if match else (0, 0)
+
+
+def _server_has_tls() -> bool:
+    """Whether redis-server was built with TLS: asked for a TLS port without a
+    certificate, such a build refuses naming ``tls-cert-file``; one without TLS never
+    looks for the file."""
+    argv = ["redis-server", "--port", "0", "--tls-port", "1"]
+    try:
+        probe = subprocess.run(argv, capture_output=True, text=True, timeout=5)
+    except subprocess.TimeoutExpired:  # it started without TLS (and was killed)
+        return False
+    return "tls-cert-file" in probe.stdout + probe.stderr

@@ -278,11 +278,11 @@ class Client:
 
     async def get_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
         """The chain as stored now; raises ``ChainNotFoundError``."""
-        return await self._read(session, lambda: self.state.get_chain(chain_id, session=session))
+        return await self._retried(session, lambda: self.state.get_chain(chain_id, session=session))
 
     async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
         """The job as stored now; raises ``JobNotFoundError``."""
-        return await self._read(session, lambda: self.state.get_job(job_id, session=session))
+        return await self._retried(session, lambda: self.state.get_job(job_id, session=session))
 
     async def list_chains(
         self,
@@ -293,7 +293,7 @@ class Client:
         after: str | None = None,
     ) -> Page:
         """Chains newest first; pass ``page.next_cursor`` as ``after`` for the next page."""
-        return await self._read(
+        return await self._retried(
             None,
             lambda: self.state.list_chains(
                 status=status, type_name=type_name, limit=limit, after=after
@@ -310,7 +310,7 @@ class Client:
         after: str | None = None,
     ) -> Page:
         """Jobs newest first (in chain order inside one chain), keyset-paginated."""
-        return await self._read(
+        return await self._retried(
             None,
             lambda: self.state.list_jobs(
                 chain_id=chain_id, status=status, type_name=type_name, limit=limit, after=after
@@ -319,7 +319,7 @@ class Client:
 
     async def count_jobs(self, *, type_names: Sequence[str] | None = None) -> Mapping[str, int]:
         """Number of jobs per status."""
-        return await self._read(None, lambda: self.state.count_jobs(type_names=type_names))
+        return await self._retried(None, lambda: self.state.count_jobs(type_names=type_names))
 
     # -- acting on chains ------------------------------------------------------------
 
@@ -352,14 +352,14 @@ class Client:
     async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
         """Delete the chain and its jobs; raises ``ChainInUseError`` while other jobs
         are blocked on it."""
-        await self.state.delete_chain(chain_id, session=session)
+        await self._retried(session, lambda: self.state.delete_chain(chain_id, session=session))
 
     # -- state calls -----------------------------------------------------------------
 
-    async def _read(self, session: CallerSession, read: Callable[[], Awaitable[T]]) -> T:
+    async def _retried(self, session: CallerSession, call: Callable[[], Awaitable[T]]) -> T:
         if session is not None:
-            return await read()
-        return await retry_on_connection_loss(read, what="a read")
+            return await call()
+        return await retry_on_connection_loss(call, what="a database call")
 
     async def _write(
         self,

@@ -68,6 +68,8 @@ class _Run:
     handler_task: asyncio.Task[Any] | None = None
     lost_reason: str | None = None
     abandoned: bool = False
+    holds_slot: bool = True
+    """Until its handler has finished; the completion is then written without it."""
     checks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -89,6 +91,13 @@ class Worker:
     completion and any ``continue_with`` commit in. ``mode="staged"``: the handler runs
     outside any transaction and the completion is written in a new fenced one, batched
     with other completions that finish close together.
+
+    In atomic mode a handler that never wrote through ``ctx.session`` (no statement run,
+    no object added) has nothing to commit with its completion, which is then batched
+    as in staged mode. A handler that did write commits its completion alone, in its own
+    session's transaction: its rows commit with exactly its completion, and a job that
+    fails never rolls back another's. A slot is free again once the handler returns;
+    the completion is written meanwhile (at most ``concurrency`` completions wait).
     """
 
     def __init__(
@@ -167,7 +176,8 @@ class Worker:
             else None
         )
 
-        self._runs: dict[str, _Run] = {}  # lease token -> run
+        self._runs: dict[str, _Run] = {}  # lease token -> run, until its outcome is written
+        self._busy = 0  # runs holding a slot: their handler has not finished
         self._wake = asyncio.Event()
         self._maybe_more = False
         self._stopping = False
@@ -394,7 +404,10 @@ class Worker:
             return
 
     def _free_slots(self) -> int:
-        return self.concurrency - len(self._runs)
+        """Handlers that may start now. A finished handler gives its slot back before its
+        completion is written (claiming overlaps writing), but at most ``concurrency``
+        completions wait to be written, so a slow database slows claiming down."""
+        return min(self.concurrency - self._busy, 2 * self.concurrency - len(self._runs))
 
     def _on_job_scheduled(self, type_name: str) -> None:
         if self._stopping:
@@ -520,12 +533,26 @@ class Worker:
             return
         run = _Run(Job.from_record(record), record.lease_token, record.leased_until)
         self._runs[run.lease_token] = run
+        self._busy += 1
         run.task = asyncio.create_task(self._execute(run), name=f"queuert-job-{record.id}")
         run.task.add_done_callback(lambda _: self._finished(run))
 
     def _finished(self, run: _Run) -> None:
         was_full = self._free_slots() <= 0
         self._runs.pop(run.lease_token, None)
+        if run.holds_slot:
+            run.holds_slot = False
+            self._busy -= 1
+        if not self._stopping and (self._maybe_more or was_full):
+            self._wake.set()
+
+    def _release_slot(self, run: _Run) -> None:
+        """The handler finished: let another job start while this one's outcome is written."""
+        if not run.holds_slot:
+            return
+        was_full = self._free_slots() <= 0
+        run.holds_slot = False
+        self._busy -= 1
         if not self._stopping and (self._maybe_more or was_full):
             self._wake.set()
 
@@ -697,12 +724,17 @@ class Worker:
     async def _complete(self, run: _Run, ctx: JobContext, completion: Completion) -> None:
         job = run.job
         session = ctx.opened_session
+        if session is not None and not _holds_work(session):
+            # Taken but never written through: nothing must commit with this completion,
+            # so it shares a batch like a staged one.
+            session = None
         try:
             if session is not None:
                 outcome = await self._complete_in_session(session, completion)
             else:
                 batcher = self._batcher
                 assert batcher is not None
+                self._release_slot(run)
                 # Fenced by the lease token: a repeat after a commit that did land is
                 # refused and changes nothing.
                 outcome = await retry_on_connection_loss(
@@ -876,6 +908,12 @@ def _check_positive(
         bound = ">= 0" if allow_zero else "> 0"
         kind = "an int" if integer else "a number"
         raise InvalidInputError(f"{name} must be {kind} {bound}, got {value!r}")
+
+
+def _holds_work(session: AsyncSession) -> bool:
+    """Whether the handler began a transaction in ``session`` or left objects in it to
+    flush: then its completion must commit in that transaction, alone."""
+    return session.in_transaction() or bool(session.new or session.dirty or session.deleted)
 
 
 def _session_factory(client: Client) -> Callable[[], AsyncSession] | None:

@@ -116,10 +116,10 @@ async def listening(
     adapter = make_notify(kind, request, prefix)
     try:
         async with adapter, stranger(kind, request, prefix) as publish:
-            # Keep the channel subscribed across examples: re-subscribing a subject
-            # for every example loses about 1 message in 100 on nats-server 2.9
-            # (published from another connection right after the new SUB was
-            # flushed). A hint may be lost, but this test is about the parser.
+            # Keep the channel subscribed across examples: nats-server 2.9.10 now and
+            # then never delivers the first message another connection publishes
+            # right after a subscription was confirmed (about 2 in 100). A hint may
+            # be lost; this test is about the parser.
             await adapter.listen_job_scheduled(["keep-subscribed"], lambda _: None)
             yield kind, adapter, publish
     finally:

@@ -52,6 +52,9 @@ WorkerMode = Literal["atomic", "staged"]
 
 _MIN_IDLE_SLEEP = 0.01
 """Floor of a sleep computed from a due time, so clock skew cannot make a hot loop."""
+_CLAIMER_GRACE = 0.25
+"""Seconds a due job announced to another worker may stay pending before this one,
+told by the wake budget that it has a claimer, looks again."""
 _MAX_ERROR_BACKOFF = 30.0
 _RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
 _MAX_ERROR_TEXT = 8000
@@ -190,6 +193,15 @@ class Worker:
         self._run_task: asyncio.Task[None] | None = None
         self._last_reap = float("-inf")
         self._due_streak = 0
+        # Types to ask the wake budget about before the next claim: announced while
+        # every slot was busy, or run by a claim that filled the last free slot (which
+        # says nothing about what is left).
+        self._recheck: set[str] = set()
+        # Claim on the next pass whatever else says: a hint was granted, the poll
+        # timer fired, or the subscription came back.
+        self._claim_now = False
+        # Claim on the next pass only if a job is still due (see _idle_timeout).
+        self._due_check = False
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -413,16 +425,21 @@ class Worker:
         if self._stopping:
             return
         if self._free_slots() <= 0:
-            # Busy: leave the hint to an idle worker; look again when a slot frees.
-            self._maybe_more = True
+            # Busy: leave the hint to an idle worker; ask for it when a slot frees.
+            self._recheck.add(type_name)
             return
         task = asyncio.create_task(self._consume_hint(type_name))
         self._hint_tasks.add(task)
         task.add_done_callback(self._hint_tasks.discard)
 
     async def _consume_hint(self, type_name: str) -> None:
+        if await self._hint_granted(type_name):
+            self._claim_now = True
+            self._wake.set()
+
+    async def _hint_granted(self, type_name: str) -> bool:
         try:
-            wake = await self.client.notify.consume_wake_hint(type_name)
+            return await self.client.notify.consume_wake_hint(type_name)
         except Exception:
             # Wake rather than miss: an unknown budget means someone may be waiting.
             logger.warning(
@@ -430,14 +447,47 @@ class Worker:
                 exc_info=True,
                 extra={"worker_id": self.worker_id, "type_name": type_name},
             )
-            wake = True
-        if wake:
-            self._wake.set()
+            return True
 
     def _on_reconnect(self) -> None:
         # Notifications may have been missed while the transport was down: poll now.
         self._maybe_more = True
         self._wake.set()
+
+    async def _should_claim(self) -> bool:
+        """Whether this pass of the loop claims.
+
+        A freed slot asks the wake budget of the types in ``_recheck`` first, one unit
+        at a time as a notification would, and claims only when one is granted: when a
+        crowd of idle workers ran a burst of jobs, the budget is spent and nobody
+        queries SQL again for jobs that are gone. A granted hint, the poll timer, a
+        reconnect or a claim that filled several slots claims at once.
+        """
+        if self._claim_now or self._maybe_more:
+            self._claim_now = self._due_check = False
+            return True
+        if self._due_check:
+            self._due_check = False
+            due = await self.client.state.next_due_at(self.type_names)
+            return due is not None and _aware(due) <= datetime.now(UTC)
+        for type_name in sorted(self._recheck):
+            if await self._hint_granted(type_name):
+                return True
+        if self._recheck:
+            self._recheck.clear()  # spent: every announced job has a claimer
+            return False
+        return True
+
+    def _claimed(self, records: list[JobRecord], free: int) -> None:
+        """Note what a claim of ``free`` slots that got ``records`` says about more work."""
+        full = len(records) == free
+        # Several slots filled: more may be waiting, look again when a slot frees. One
+        # slot filled says nothing: ask the wake budget first (see _should_claim).
+        self._maybe_more = full and free > 1
+        if not full:
+            self._recheck.clear()  # every due job of our types is claimed
+        elif free == 1:
+            self._recheck.update(record.type_name for record in records)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -450,20 +500,26 @@ class Worker:
             try:
                 free = self._free_slots()
                 if free > 0:
-                    records = await self.client.state.acquire(
-                        self.type_names,
-                        worker_id=self.worker_id,
-                        lease_seconds=self.lease,
-                        limit=free,
+                    # Not claiming (the wake budget says the jobs are taken) sleeps as
+                    # after an empty claim: reap, then until the next due job.
+                    claim = await self._should_claim()
+                    records = (
+                        await self.client.state.acquire(
+                            self.type_names,
+                            worker_id=self.worker_id,
+                            lease_seconds=self.lease,
+                            limit=free,
+                        )
+                        if claim
+                        else []
                     )
                     for record in records:
                         self._start(record)
-                    # A full batch means more may be waiting: look again when a slot frees.
-                    self._maybe_more = len(records) == free
+                    self._claimed(records, free)
                     if len(records) < free:
                         if await self._reap_if_due():
                             continue
-                        timeout = await self._idle_timeout(acquired=bool(records))
+                        timeout = await self._idle_timeout(acquired=bool(records), claimed=claim)
                 error_backoff = 0.0
             except Exception:
                 error_backoff = min(max(error_backoff * 2, 0.5), _MAX_ERROR_BACKOFF)
@@ -477,24 +533,39 @@ class Worker:
             if self._stopping:
                 break
             if timeout is None:
+                if self._free_slots() > 0:
+                    # A slot freed while this pass claimed: nothing else would wake
+                    # the loop for it.
+                    continue
                 # All slots are busy: a freed slot wakes the loop.
                 timeout = self._poll_timeout()
-            with suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                # The poll interval or the next due job; after a grace period, the
+                # re-check of _idle_timeout decides instead.
+                self._claim_now = not self._due_check
 
     def _poll_timeout(self) -> float:
         return self.poll_interval * random.uniform(1 - self.jitter, 1 + self.jitter)
 
-    async def _idle_timeout(self, *, acquired: bool) -> float:
+    async def _idle_timeout(self, *, acquired: bool, claimed: bool = True) -> float:
         """Seconds to sleep with free slots: until the next due job, the next reap or
-        the poll interval, whichever comes first."""
+        the poll interval, whichever comes first (``claimed=False``: this pass skipped
+        its claim because the wake budget is spent)."""
         timeout = min(self._poll_timeout(), self._last_reap + self.reap_interval - time.monotonic())
         next_due = await self.client.state.next_due_at(self.type_names)
         if next_due is not None:
             if next_due.tzinfo is None:
                 next_due = next_due.replace(tzinfo=UTC)
             until_due = (next_due - datetime.now(UTC)).total_seconds()
-            if until_due <= 0 and not acquired:
+            if until_due <= 0 and not claimed:
+                # Due, but the spent budget says every announced job has a claimer: it
+                # is being claimed right now. Give that claimer a moment, then claim
+                # if a job is still due (one nobody announced, or a claimer gone).
+                self._due_check = True
+                until_due = _CLAIMER_GRACE
+            elif until_due <= 0 and not acquired:
                 # Due but not claimable (another claimer holds it, or the clocks
                 # disagree): back off a little more each time instead of spinning.
                 self._due_streak += 1

@@ -154,3 +154,5 @@ async def test_a_burst_of_jobs_wakes_only_as_many_idle_workers_as_it_has_jobs(
 
     asked_sql = [s for s in states if s.calls.get("acquire", 0)]
     assert 1 <= len(asked_sql) <= jobs, [s.calls for s in states]
+    # A worker that ran one of them asks the spent budget, not SQL, before claiming again.
+    assert sum(s.calls.get("acquire", 0) for s in states) == jobs, [s.calls for s in states]

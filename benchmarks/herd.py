@@ -5,9 +5,15 @@
 ``stacks.SHARED_NOTIFY_KINDS`` for the others) listen; then ``--jobs`` jobs are committed in one
 transaction. Counted: SQL claim statements executed from that commit until
 every job completed and ``--settle`` seconds passed, per job. With wake
-hints (Redis, in-process) only as many workers as there are jobs should
-claim; a hint-less adapter (Postgres NOTIFY) wakes all of them; the noop
-adapter wakes nobody, so its workers poll every ``--noop-poll-interval``.
+hints (Redis, in-process, NATS with JetStream KV) only as many workers as
+there are jobs should claim; a hint-less adapter (Postgres NOTIFY) wakes all of
+them; the noop adapter wakes nobody, so its workers poll every
+``--noop-poll-interval``.
+
+Claims are counted at the SQL driver (``before_cursor_execute``), whatever
+code path sent them; a round that counts fewer claims than jobs means the
+claim statement changed shape and :func:`is_claim` no longer recognises it,
+and fails instead of reporting a number that flatters.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--settle", type=float, default=0.5, help="seconds counted after the end")
     parser.add_argument("--noop-poll-interval", type=float, default=1.0)
     stacks.add_stack_arguments(parser)
-    parser.set_defaults(notify="noop,in-process,redis,postgres")
+    parser.set_defaults(notify="noop,in-process,redis,postgres,nats")
 
 
 _SETS_LEASED_BY = re.compile(r"\bleased_by\s*=\s*(%\(|\?|:)", re.IGNORECASE)
@@ -49,6 +55,17 @@ def is_claim(statement: str, context: Any) -> bool:
 
 async def _noop(job: Job, ctx: JobContext) -> None:
     return None
+
+
+async def _settled(claims: stacks.StatementCounter, *, at_least: int) -> None:
+    """Return once every worker made its first claim (at start) and the claims stopped:
+    no count that follows includes a worker's start-up."""
+    async with asyncio.timeout(60):
+        while True:
+            before = claims.count
+            await asyncio.sleep(0.3)
+            if claims.count >= at_least and claims.count == before:
+                return
 
 
 def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> runner.Variant:
@@ -91,7 +108,7 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
                 )
                 claimers[worker.worker_id] = 0
                 await workers.enter_async_context(worker)
-            await asyncio.sleep(0.5)  # every worker has polled once and sleeps
+            await _settled(claims, at_least=args.workers)
             claims.count = 0
             claimers.update(dict.fromkeys(claimers, 0))
             await stack.client.start_chains([ChainSpec("bench-herd") for _ in range(args.jobs)])
@@ -100,6 +117,12 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
             await asyncio.sleep(args.settle)
             counted = claims.count
             asked = sum(1 for count in claimers.values() if count)
+        if counted < args.jobs or asked == 0:
+            raise RuntimeError(
+                f"{stack.label}: counted {counted} claim statements from {asked} workers for "
+                f"{args.jobs} jobs; benchmarks.herd.is_claim no longer matches the claim "
+                "statement of state_adapters/statements.py"
+            )
         return {
             "claim statements": counted,
             "claims per job": counted / args.jobs,
@@ -124,5 +147,10 @@ async def run(args: argparse.Namespace) -> str:
             f"statements from the commit to the last completion + {args.settle:g} s:",
             runner.table(rows, first_column="state + notify"),
         ],
-        notes=[await stacks.server_notes(args), runner.machine_notes()],
+        notes=[
+            "wake hints: in-process, Redis and NATS (JetStream KV) honour them; Postgres "
+            "NOTIFY has none (every listener wakes) and noop wakes nobody (polling only)",
+            await stacks.server_notes(args),
+            runner.machine_notes(),
+        ],
     )

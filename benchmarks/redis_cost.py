@@ -1,12 +1,18 @@
 """Issue #6: Redis round trips per committed transaction, whatever the number of job types.
 
 Runs on a redis-server of its own (a free port, no persistence), so nothing
-else's traffic is counted, and watches it with MONITOR: every command a client
-sends is one line (commands run inside a Lua script are marked ``lua`` and are
-not round trips; the adapter does not pipeline, so one command is one round
-trip). After each measured transaction the benchmark waits for the
-after-commit publish, then sends a marker through its own connection: what
-MONITOR shows before the marker belongs to that transaction.
+else's traffic is counted, and counts every transaction twice:
+
+- round trips: the commands clients send, seen with MONITOR (commands run
+  inside a Lua script are marked ``lua`` and are not round trips; the adapter
+  does not pipeline, so one command is one round trip);
+- commands executed: the ``INFO commandstats`` delta, which also counts what
+  the Lua scripts run (INCRBY, EXPIRE, PUBLISH): the work one round trip does.
+
+After each measured transaction the benchmark waits for the after-commit
+publish (``wait_for_notifications``), then sends a marker through its own
+connection: what MONITOR shows before the marker belongs to that transaction,
+and the marker connection's own ECHO and INFO are left out of both counts.
 
 Also counted: the Redis commands a worker sends per job it drains.
 """
@@ -23,6 +29,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -33,13 +40,15 @@ from benchmarks import runner, services, stacks
 from benchmarks.drain import fill
 from queuert_notify.client import ChainSpec
 from queuert_notify.events import WorkerEvent
+from queuert_notify.hooks import wait_for_notifications
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
 
 NAME = "redis-cost"
 HELP = "Redis round trips per committed transaction (1 and 3 job types) and per drained job"
 
-_FLUSH_WAIT = 0.05  # the after-commit publish runs as a task: let it go out first
+_OWN_COMMANDS = frozenset({"echo", "info", "monitor"})
+"""What the counting itself sends: left out of every count."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +92,16 @@ async def _private_redis() -> AsyncIterator[str]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+@dataclass
+class _Commands:
+    """What clients sent between two marks, and what the server ran for it."""
+
+    sent: list[str]
+    """Command names clients sent (MONITOR, Lua-internal calls left out): round trips."""
+    executed: dict[str, int]
+    """Calls per command name from the ``INFO commandstats`` delta, Lua-internal included."""
+
+
 class _CommandLog:
     """The commands clients send to a server, between markers."""
 
@@ -92,6 +111,7 @@ class _CommandLog:
         self._lines: list[dict[str, Any]] = []
         self._seen = asyncio.Event()
         self._marker = ""
+        self._calls: dict[str, int] = {}
         self._reader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -110,15 +130,31 @@ class _CommandLog:
                 elif line["client_type"] != "lua":
                     self._lines.append(line)
 
-    async def mark(self) -> list[str]:
-        """Names of the commands clients sent since the previous mark."""
+    async def mark(self) -> _Commands:
+        """What clients sent since the previous mark. Call it once the commands to
+        count have been answered: Redis runs commands in order, so MONITOR shows
+        them before the marker."""
         self._marker = f"queuert-bench-{uuid.uuid4().hex}"
         self._seen = asyncio.Event()
         await self._marker_client.echo(self._marker)
         async with asyncio.timeout(5):
             await self._seen.wait()
         lines, self._lines = self._lines, []
-        return [line["command"].split(" ", 1)[0].upper() for line in lines]
+        sent = [line["command"].split(" ", 1)[0].lower() for line in lines]
+        calls = await self._command_calls()
+        executed = {
+            name: count - self._calls.get(name, 0)
+            for name, count in calls.items()
+            if count > self._calls.get(name, 0) and name not in _OWN_COMMANDS
+        }
+        self._calls = calls
+        return _Commands([name for name in sent if name not in _OWN_COMMANDS], executed)
+
+    async def _command_calls(self) -> dict[str, int]:
+        stats = await self._marker_client.info("commandstats")
+        return {
+            name.removeprefix("cmdstat_"): int(fields["calls"]) for name, fields in stats.items()
+        }
 
     async def close(self) -> None:
         if self._reader is not None:
@@ -153,11 +189,12 @@ def _transactions(stack: stacks.Stack) -> dict[str, Callable[[], Awaitable[objec
     }
 
 
-async def _per_job(stack: stacks.Stack, log: _CommandLog, jobs: int) -> tuple[float, str]:
-    """Redis commands per job while one worker (concurrency 10) drains ``jobs`` jobs."""
+async def _per_job(stack: stacks.Stack, log: _CommandLog, jobs: int) -> tuple[runner.Figures, str]:
+    """Redis round trips and commands executed per job while one worker (concurrency
+    10) drains ``jobs`` jobs."""
     await fill(stack, jobs, "bench-drain")
     client = await stack.new_client()  # connected (scripts loaded) before counting starts
-    await asyncio.sleep(_FLUSH_WAIT)
+    await wait_for_notifications()
     await log.mark()
     done = asyncio.Event()
     completed = 0
@@ -172,18 +209,25 @@ async def _per_job(stack: stacks.Stack, log: _CommandLog, jobs: int) -> tuple[fl
     async with Worker(client, {"bench-drain": _noop}, on_event=on_event):
         async with asyncio.timeout(120):
             await done.wait()
-        await asyncio.sleep(_FLUSH_WAIT)
+        await wait_for_notifications()
         commands = await log.mark()
-    # The worker's two lifetime subscriptions are not a cost per job.
-    per_job = [command for command in commands if command != "SUBSCRIBE"]
-    return len(per_job) / jobs, _summary(commands)
+    # The worker's lifetime subscriptions are not a cost per job.
+    sent = sum(1 for command in commands.sent if command != "subscribe")
+    executed = sum(count for name, count in commands.executed.items() if name != "subscribe")
+    figures = {"Redis round trips": sent / jobs, "commands executed": executed / jobs}
+    return figures, _summary(commands)
 
 
-def _summary(commands: list[str]) -> str:
-    counts: dict[str, int] = {}
-    for command in commands:
-        counts[command] = counts.get(command, 0) + 1
-    return ", ".join(f"{name} x{count}" for name, count in sorted(counts.items())) or "none"
+def _summary(commands: _Commands) -> str:
+    """``sent: evalsha x1; executed: evalsha x1, expire x3, ...``"""
+    sent: dict[str, int] = {}
+    for command in commands.sent:
+        sent[command] = sent.get(command, 0) + 1
+    return f"sent {_listing(sent)}; executed {_listing(commands.executed)}"
+
+
+def _listing(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name.upper()} x{count}" for name, count in sorted(counts.items())) or "none"
 
 
 async def run(args: argparse.Namespace) -> str:
@@ -199,19 +243,22 @@ async def run(args: argparse.Namespace) -> str:
                 seen: dict[str, str] = {}
                 async with stacks.open_stack(state_kind, notify_kind, args) as stack:
                     for case, transaction in _transactions(stack).items():
-                        counts = []
+                        trips, executed = [], []
                         for _ in range(args.rounds):
+                            await wait_for_notifications()
                             await log.mark()
                             await transaction()
-                            await asyncio.sleep(_FLUSH_WAIT)
+                            await wait_for_notifications()
                             commands = await log.mark()
-                            counts.append(len(commands))
+                            trips.append(len(commands.sent))
+                            executed.append(sum(commands.executed.values()))
                             seen[case] = _summary(commands)
-                        rows[case] = {"Redis round trips": statistics.median(counts)}
-                    per_job, summary = await _per_job(stack, log, args.drain_jobs)
+                        rows[case] = {
+                            "Redis round trips": statistics.median(trips),
+                            "commands executed": statistics.median(executed),
+                        }
                     case = f"worker, per job drained ({args.drain_jobs} jobs, concurrency 10)"
-                    rows[case] = {"Redis round trips": per_job}
-                    seen[case] = summary
+                    rows[case], seen[case] = await _per_job(stack, log, args.drain_jobs)
                 table = runner.table(rows, first_column="per committed transaction (or per job)")
                 listing = "\n".join(f"- {case}: {summary}" for case, summary in seen.items())
                 title = stacks.label(state_kind, notify_kind)
@@ -220,6 +267,11 @@ async def run(args: argparse.Namespace) -> str:
             await log.close()
     return runner.report(
         "Redis round trips per committed transaction",
-        [f"Medians of {args.rounds} transactions per case, counted with MONITOR:", *sections],
+        [
+            f"Medians of {args.rounds} transactions per case; round trips counted with "
+            "MONITOR (commands clients sent), commands executed with the INFO commandstats "
+            "delta (including those run inside Lua):",
+            *sections,
+        ],
         notes=[f"private redis-server {version}; {runner.machine_notes()}"],
     )

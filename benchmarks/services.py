@@ -71,6 +71,18 @@ async def delete_nats_bucket(url: str, bucket: str) -> None:
         await connection.close()
 
 
+async def nats_server_version(url: str) -> str:
+    """The version the NATS server at ``url`` announces when a client connects."""
+    import nats
+
+    connection = await nats.connect(url)
+    try:
+        version = connection.connected_server_version
+        return f"{version.major}.{version.minor}.{version.patch}"
+    finally:
+        await connection.close()
+
+
 async def postgres_server_version(url: str) -> str:
     """``server_version`` of the Postgres at ``url`` (a SQLAlchemy URL)."""
     from sqlalchemy import text

@@ -84,6 +84,8 @@ async def server_notes(args: argparse.Namespace) -> str:
         notes.append(f"SQLite {sqlite3.sqlite_version} (WAL)")
     if any(notify == "redis" for _, notify in combos):
         notes.append(f"Redis {await services.redis_server_version(args.redis_url)}")
+    if any(notify == "nats" for _, notify in combos):
+        notes.append(f"NATS {await services.nats_server_version(args.nats_url)}")
     return ", ".join(notes) + " on the same host"
 
 

@@ -111,6 +111,7 @@ async def test_drain_reports_jobs_per_second_for_both_worker_modes(
             "drain",
             "--rounds=1",
             "--jobs=30",
+            "--modes=atomic,staged,atomic-session",
             "--state=sqlite",
             "--notify=in-process",
             *_services(redis_url, postgres_url),
@@ -119,6 +120,7 @@ async def test_drain_reports_jobs_per_second_for_both_worker_modes(
 
     assert "| SQLite + in-process, atomic, 30 jobs |" in report
     assert "| SQLite + in-process, staged, 30 jobs |" in report
+    assert "| SQLite + in-process, atomic-session, 30 jobs |" in report
 
 
 async def test_steady_state_reports_rates_latency_and_backlog(

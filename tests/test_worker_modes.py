@@ -166,3 +166,34 @@ async def test_completions_finishing_together_share_a_transaction(
             for chain in chains:
                 await client.await_chain(chain.id, timeout=30)
     assert counting.calls["complete_jobs"] < 100
+
+
+@pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+async def test_atomic_jobs_running_together_commit_independently(
+    state: Any, notify: NotifyAdapter, engine: AsyncEngine, notes: Table
+) -> None:
+    counting = CountingState(state)
+
+    async def handler(job: Job, ctx: JobContext) -> int:
+        n: int = job.input
+        if n % 3 == 0:
+            ctx.session  # noqa: B018  # taken, never written through
+        elif n % 3 == 1:
+            await ctx.session.execute(insert(notes).values(job_id=job.id))
+        if n == 4:
+            raise RuntimeError("fails after writing")
+        return n
+
+    async with Client(state=counting, notify=notify) as client:
+        chains = await client.start_chains([ChainSpec("t", n, max_attempts=1) for n in range(30)])
+        async with Worker(client, {"t": handler}, concurrency=10, mode="atomic"):
+            done = [await client.await_chain(chain.id, timeout=30) for chain in chains]
+    assert [d.status for d in done] == ["failed" if n == 4 else "completed" for n in range(30)]
+    async with engine.connect() as conn:
+        written = set((await conn.execute(select(notes.c.job_id))).scalars())
+    # Each writer's rows committed with exactly its own completion; the failed job's
+    # rolled back alone.
+    assert written == {chains[n].id for n in range(30) if n % 3 == 1 and n != 4}
+    # The 9 writers that completed committed alone; the 20 others shared batches,
+    # the 10 that took ctx.session without writing through it included.
+    assert counting.calls["complete_jobs"] <= 9 + 10

@@ -380,9 +380,12 @@ async def test_redis_traffic_stays_under_the_prefix_and_uses_only_the_documented
             keys = [key async for key in admin.scan_iter(match="*")]
             assert keys, "the workload left wake budgets behind"
             assert all(key.startswith(own) for key in keys), keys
-            # The documented ACL is exactly what the adapter sends: enough, and nothing
-            # in it goes unused.
-            assert commands - HANDSHAKE == _documented_acl_commands()
+            # The documented ACL is what the adapter sends: enough, and nothing in it
+            # goes unused (but PING, the subscriber's health check, whose timing
+            # decides whether a short run sends one).
+            documented = _documented_acl_commands()
+            assert commands - HANDSHAKE <= documented, commands - HANDSHAKE - documented
+            assert documented - commands <= {"PING"}, documented - commands
         finally:
             await admin.aclose()
 

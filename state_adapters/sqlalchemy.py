@@ -188,9 +188,9 @@ class SqlAlchemyStateAdapter:
             # dependents, which is harmless if this start goes no further.
             open_blockers = {row.id for row in rows if row.completed_at is None}
         started: list[StartedChain] = []
-        chain_rows: list[dict[str, Any]] = []
         job_rows: list[dict[str, Any]] = []
         blocker_rows: list[dict[str, Any]] = []
+        scheduled: dict[str, int] = {}
         ids = [new_id() for _ in chains]
         holders = await self._take_dedup_keys(conn, chains, ids, now)
         for chain, chain_id in zip(chains, ids, strict=True):
@@ -200,17 +200,13 @@ class SqlAlchemyStateAdapter:
                 if holder != chain_id:
                     started.append(StartedChain(holder, job.type_name, deduplicated=True))
                     continue
-            waiting_on = sum(1 for b in set(chain.blockers) if b in open_blockers)
-            chain_rows.append(
-                {
-                    "id": chain_id,
-                    "type_name": job.type_name,
-                    "created_at": now,
-                    "completed_at": None,
-                    "has_dependents": False,
-                    "dedup_key": chain.dedup_key,
-                }
-            )
+            waiting_on = 0
+            if chain.blockers:
+                waiting_on = sum(1 for b in set(chain.blockers) if b in open_blockers)
+                blocker_rows.extend(
+                    {"job_id": chain_id, "blocker_chain_id": b}
+                    for b in dict.fromkeys(chain.blockers)
+                )
             job_rows.append(
                 _job_row(
                     job,
@@ -222,17 +218,16 @@ class SqlAlchemyStateAdapter:
                     blockers_pending=waiting_on,
                 )
             )
-            blocker_rows.extend(
-                {"job_id": chain_id, "blocker_chain_id": b} for b in dict.fromkeys(chain.blockers)
-            )
             if waiting_on == 0:
-                notes.job_scheduled(job.type_name)
+                scheduled[job.type_name] = scheduled.get(job.type_name, 0) + 1
             started.append(StartedChain(chain_id, job.type_name, deduplicated=False))
-        if chain_rows:
-            for statement, params in self._sql.insert_chains_and_jobs(chain_rows, job_rows):
+        if job_rows:
+            for statement, params in self._sql.insert_chains_and_jobs(job_rows):
                 await conn.execute(statement, params)
         if blocker_rows:
             await conn.execute(self.tables.blockers.insert(), blocker_rows)
+        for type_name, count in scheduled.items():
+            notes.job_scheduled(type_name, count)
         return started
 
     async def _take_dedup_keys(

@@ -131,9 +131,10 @@ class Statements:
         )
 
     def insert_chains_and_jobs(
-        self, chain_rows: Sequence[Mapping[str, Any]], job_rows: Sequence[Mapping[str, Any]]
+        self, job_rows: Sequence[Mapping[str, Any]]
     ) -> list[tuple[Any, Any]]:
-        """(statement, parameters) pairs that insert new chains and their first jobs.
+        """(statement, parameters) pairs that insert new chains and their first jobs,
+        given the first jobs' rows (a chain row is made of its first job's).
 
         Postgres: one statement of fixed shape fed with one JSON document (the
         chains insert is a CTE), so a start outside a caller's transaction is one
@@ -141,7 +142,18 @@ class Statements:
         """
         if not self.postgres:
             t = self.tables
-            return [(t.chains.insert(), list(chain_rows)), (t.jobs.insert(), list(job_rows))]
+            chain_rows = [
+                {
+                    "id": row["chain_id"],
+                    "type_name": row["type_name"],
+                    "created_at": row["created_at"],
+                    "completed_at": None,
+                    "has_dependents": False,
+                    "dedup_key": row["deduplication_key"],
+                }
+                for row in job_rows
+            ]
+            return [(t.chains.insert(), chain_rows), (t.jobs.insert(), list(job_rows))]
         batch = [
             {
                 "id": row["id"],

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sqlalchemy.exc import IntegrityError
+
 from queuert_notify.connection_loss import retry_on_connection_loss
 from queuert_notify.errors import (
+    ChainNotFoundError,
     ConfigurationError,
     InvalidInputError,
     NotifyAdapterClosedError,
@@ -30,6 +33,7 @@ from queuert_notify.hooks import (
 )
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.validation import check_json, new_chain, new_job
+from state_adapters.ids import new_id
 from state_adapters.protocol import (
     FINAL_STATUSES,
     ChainRecord,
@@ -72,8 +76,9 @@ class ChainSpec:
     blockers: Sequence[str] = ()
     max_attempts: int | None = None
 
-    def to_new_chain(self) -> NewChain:
-        """Validate and convert; raises ``InvalidInputError`` before anything is written."""
+    def to_new_chain(self, chain_id: str | None = None) -> NewChain:
+        """Validate and convert, with ``chain_id`` as the chain's id (``None``: the state
+        adapter makes one); raises ``InvalidInputError`` before anything is written."""
         job = new_job(
             self.type_name,
             self.input,
@@ -88,6 +93,7 @@ class ChainSpec:
             dedup_scope=self.dedup_scope,
             dedup_window=self.dedup_window,
             blockers=self.blockers,
+            chain_id=chain_id,
         )
 
 
@@ -107,6 +113,9 @@ class Client:
     A call that runs in a transaction of its own (no ``session=``) is repeated, with
     backoff, when its database connection is lost under it; in the caller's session it
     is not (that transaction died with the connection: the caller retries it whole).
+    A connection lost while COMMIT was in flight leaves unknown whether the change was
+    made, so every write is safe to repeat after a COMMIT that succeeded: each
+    method's docstring says why.
     """
 
     def __init__(
@@ -190,7 +199,10 @@ class Client:
         """Start several chains in one transaction (all or none), in order.
 
         Every spec is validated before anything is written; one notify round trip
-        covers the whole batch.
+        covers the whole batch. Chain ids are made here, before the first attempt, so a
+        start repeated after a lost connection first reads whether the lost attempt
+        committed and then returns its chains instead of starting them twice (see
+        :meth:`_start_again`); on the happy path that costs nothing.
         """
         if isinstance(specs, ChainSpec):
             raise InvalidInputError("start_chains takes a list of ChainSpec; use start_chain")
@@ -198,12 +210,73 @@ class Client:
         for spec in specs:
             if not isinstance(spec, ChainSpec):
                 raise InvalidInputError(f"start_chains takes ChainSpec items, got {spec!r}")
-            chains.append(spec.to_new_chain())
+            chains.append(spec.to_new_chain(new_id()))
         if not chains:
             return []
         return await self._write(
-            session, lambda notes: self.state.start_chains(chains, notes=notes, session=session)
+            session,
+            lambda notes: self.state.start_chains(chains, notes=notes, session=session),
+            again=lambda notes: self._start_again(chains, notes),
         )
+
+    async def _start_again(
+        self, chains: Sequence[NewChain], notes: NotificationBuffer
+    ) -> list[StartedChain]:
+        """Repeat a start whose connection was lost, starting no chain twice.
+
+        The chains keep the ids the lost attempt used, and that attempt wrote every
+        chain it created in one transaction: all of them are stored (its COMMIT
+        succeeded) or none is. One read by id tells which: none found, start them now
+        under the same ids; found, return what the lost attempt returned.
+        """
+        answer = await self._answer_of_lost_start(chains, notes)
+        if answer is not None:
+            return answer
+        try:
+            return await self.state.start_chains(chains, notes=notes)
+        except IntegrityError:
+            # Our ids are taken: the lost attempt's COMMIT reached the server only after
+            # the read above (a proxy kept it going), and the insert waited for it.
+            answer = await self._answer_of_lost_start(chains, notes)
+            if answer is None:
+                raise
+            return answer
+
+    async def _answer_of_lost_start(
+        self, chains: Sequence[NewChain], notes: NotificationBuffer
+    ) -> list[StartedChain] | None:
+        """What a start whose COMMIT succeeded unseen returned, or ``None`` when none of
+        its chains is stored (it did not commit, or it only deduplicated).
+
+        A chain it created is returned with ``deduplicated=False``, and its wakeup,
+        lost with the connection, is owed again while the job is pending. A chain it
+        did not create had a dedup key and was deduplicated: that key is asked again,
+        which returns the chain holding it now (the one the lost attempt returned,
+        unless that chain finished or was deleted meanwhile).
+        """
+        stored = {
+            chain.id: chain for chain in await self.state.get_chains([c.id for c in chains if c.id])
+        }
+        if not stored:
+            return None
+        logger.info(
+            "a start lost its connection after its COMMIT succeeded; returning its chains",
+            extra={"chain_ids": list(stored)},
+        )
+        for chain in stored.values():
+            if chain.status == "pending":
+                notes.job_scheduled(chain.last_job.type_name)
+        deduplicated = [c for c in chains if c.id not in stored and c.dedup_key is not None]
+        asked_again = iter(
+            await self.state.start_chains(deduplicated, notes=notes) if deduplicated else ()
+        )
+        # A chain without a dedup key that is not stored was created and deleted since.
+        return [
+            StartedChain(str(chain.id), chain.job.type_name, deduplicated=False)
+            if chain.id in stored or chain.dedup_key is None
+            else next(asked_again)
+            for chain in chains
+        ]
 
     # -- waiting ---------------------------------------------------------------------
 
@@ -324,7 +397,10 @@ class Client:
     # -- acting on chains ------------------------------------------------------------
 
     async def trigger(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
-        """Make the chain's pending job due now (skipping its delay or retry backoff)."""
+        """Make the chain's pending job due now (skipping its delay or retry backoff).
+
+        Safe to repeat: a job still pending is made due now again (and announced
+        again), one claimed meanwhile is left alone."""
         return await self._write(
             session,
             lambda notes: self.state.trigger_chain(chain_id, notes=notes, session=session),
@@ -332,8 +408,12 @@ class Client:
 
     async def cancel(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
         """Cancel the chain's unfinished job; a worker running it loses ownership and
-        its handler is cancelled."""
-        return await self._write(
+        its handler is cancelled.
+
+        Safe to repeat: a final chain is returned as it is, so a repeat after a lost
+        COMMIT that succeeded returns the cancelled chain (and announces its end again,
+        since the lost attempt's notifications were lost with it)."""
+        return await self._finish_chain(
             session,
             lambda notes: self.state.cancel_chain(chain_id, notes=notes, session=session),
         )
@@ -342,37 +422,90 @@ class Client:
         self, chain_id: str, output: Any = None, *, session: CallerSession = None
     ) -> ChainRecord:
         """Complete the chain from application code, without a worker (e.g. an
-        approval step); a worker running its job loses ownership."""
+        approval step); a worker running its job loses ownership.
+
+        Safe to repeat, like :meth:`cancel`: the repeat finds the chain final and
+        returns it with the output the lost attempt stored."""
         check_json(output, "output")
-        return await self._write(
+        return await self._finish_chain(
             session,
             lambda notes: self.state.complete_chain(chain_id, output, notes=notes, session=session),
         )
 
     async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
         """Delete the chain and its jobs; raises ``ChainInUseError`` while other jobs
-        are blocked on it."""
-        await self._retried(session, lambda: self.state.delete_chain(chain_id, session=session))
+        are blocked on it.
+
+        Safe to repeat: a repeat after a lost connection that finds the chain gone
+        returns, since the lost attempt (or someone else) deleted it."""
+
+        async def delete_again() -> None:
+            with suppress(ChainNotFoundError):
+                await self.state.delete_chain(chain_id)
+
+        await self._retried(
+            session, lambda: self.state.delete_chain(chain_id, session=session), again=delete_again
+        )
+
+    async def _finish_chain(
+        self, session: CallerSession, finish: Callable[[NotificationBuffer], Awaitable[ChainRecord]]
+    ) -> ChainRecord:
+        """``finish`` (cancel or complete) through :meth:`_write`; a repeat that finds the
+        chain final owes the announcements the lost attempt may have made."""
+
+        async def finish_again(notes: NotificationBuffer) -> ChainRecord:
+            chain = await finish(notes)
+            if chain.status in FINAL_STATUSES:
+                notes.chain_completed(chain.id)
+                notes.ownership_lost(chain.last_job.id)
+            return chain
+
+        return await self._write(session, finish, again=finish_again)
 
     # -- state calls -----------------------------------------------------------------
 
-    async def _retried(self, session: CallerSession, call: Callable[[], Awaitable[T]]) -> T:
+    async def _retried(
+        self,
+        session: CallerSession,
+        call: Callable[[], Awaitable[T]],
+        *,
+        again: Callable[[], Awaitable[T]] | None = None,
+    ) -> T:
+        """``call()`` in the caller's session as it is; in a transaction of its own,
+        repeated after a lost connection -- by ``again()`` when given (it first finds
+        out what the lost attempt did), else by ``call()``, which must then be safe to
+        repeat after a COMMIT that succeeded unseen."""
         if session is not None:
             return await call()
-        return await retry_on_connection_loss(call, what="a database call")
+        attempts = 0
+
+        async def attempt() -> T:
+            nonlocal attempts
+            attempts += 1
+            return await (call() if attempts == 1 or again is None else again())
+
+        return await retry_on_connection_loss(attempt, what="a database call")
 
     async def _write(
         self,
         session: CallerSession,
         write: Callable[[NotificationBuffer], Awaitable[T]],
+        *,
+        again: Callable[[NotificationBuffer], Awaitable[T]] | None = None,
     ) -> T:
+        """``write`` through :meth:`_retried`; its notifications are published after
+        the COMMIT (the caller's, or its own)."""
         if session is not None:
             # Published by the buffer after the caller's COMMIT, dropped on rollback.
             return await write(buffer_for_transaction(session, self.notify))
         # The adapter adds to ``notes`` only when a write succeeded: one buffer serves
         # every attempt.
         notes = NotificationBuffer()
-        result = await retry_on_connection_loss(lambda: write(notes), what="a write")
+        result = await self._retried(
+            None,
+            lambda: write(notes),
+            again=None if again is None else lambda: again(notes),
+        )
         await self.flush(notes)
         return result
 

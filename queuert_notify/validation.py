@@ -280,8 +280,11 @@ def new_chain(
     dedup_scope: str,
     dedup_window: float | None,
     blockers: Sequence[str],
+    chain_id: str | None = None,
 ) -> NewChain:
-    """A validated :class:`NewChain` around an already validated first job."""
+    """A validated :class:`NewChain` around an already validated first job; ``chain_id``
+    (from :func:`state_adapters.ids.new_id`) fixes its id, ``None`` leaves it to the
+    state adapter."""
     if dedup_scope not in DEDUP_SCOPES:
         raise InvalidInputError(f"dedup_scope must be one of {DEDUP_SCOPES}, got {dedup_scope!r}")
     if isinstance(blockers, str):
@@ -299,4 +302,5 @@ def new_chain(
         if dedup_window is None
         else check_seconds(dedup_window, "dedup_window", allow_zero=False),
         blockers=tuple(dict.fromkeys(blocker_ids)),
+        id=chain_id,
     )

@@ -56,6 +56,10 @@ class NewChain:
     """Seconds; when set, only chains created within the window deduplicate."""
     blockers: Sequence[str] = ()
     """Chain ids that must complete before the first job becomes pending."""
+    id: str | None = None
+    """The new chain's id (and its first job's); ``None``: the adapter makes one. The
+    client sets it, so that a start repeated after a lost connection can tell whether
+    the lost attempt committed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +251,13 @@ class StateAdapter(Protocol):
 
     async def get_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
         """Raises ``ChainNotFoundError``."""
+        ...
+
+    async def get_chains(
+        self, chain_ids: Sequence[str], *, session: CallerSession = None
+    ) -> list[ChainRecord]:
+        """The chains among ``chain_ids`` that exist, in the order given, in one read;
+        unknown ids are left out."""
         ...
 
     async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:

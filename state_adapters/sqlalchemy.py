@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -52,6 +53,7 @@ from state_adapters.protocol import (
 )
 from state_adapters.schema import (
     DEFAULT_TABLE_PREFIX,
+    ID_LENGTH,
     WORKER_ID_LENGTH,
     make_tables,
 )
@@ -73,6 +75,9 @@ ALL_STATUSES: tuple[JobStatus, ...] = (
     "cancelled",
 )
 MAX_PAGE_SIZE = 10_000
+_ID_FORM = re.compile(f"[0-9a-f]{{{ID_LENGTH}}}")
+_IDS_PER_READ = 1000
+"""Ids bound in one ``IN (...)`` read: far below every driver's parameter limit."""
 _MAX_TRANSACTION_RETRIES = 5
 _DEDUP_ATTEMPTS = 20
 
@@ -158,6 +163,7 @@ class SqlAlchemyStateAdapter:
         """
         for chain in chains:
             _check_new_chain(chain)
+        _check_distinct_ids(chains)
         if not chains:
             return []
         if session is None and not any(c.dedup_key or c.blockers for c in chains):
@@ -191,7 +197,7 @@ class SqlAlchemyStateAdapter:
         job_rows: list[dict[str, Any]] = []
         blocker_rows: list[dict[str, Any]] = []
         scheduled: dict[str, int] = {}
-        ids = [new_id() for _ in chains]
+        ids = [chain.id or new_id() for chain in chains]
         holders = await self._take_dedup_keys(conn, chains, ids, now)
         for chain, chain_id in zip(chains, ids, strict=True):
             job = chain.job
@@ -604,6 +610,7 @@ class SqlAlchemyStateAdapter:
     ) -> ChainRecord:
         """Cancel the chain's unfinished job (blocked, pending or running; a
         running one's worker loses ownership). A final chain is returned as is."""
+        _check_key(chain_id, "chain_id")
         return await self._write(
             session, notes, lambda c, n: self._finish_chain(c, n, chain_id, "cancelled", None)
         )
@@ -619,6 +626,7 @@ class SqlAlchemyStateAdapter:
         """Workerless completion: the chain's unfinished job completes with
         ``output`` (a worker running it loses ownership). A final chain is
         returned as is."""
+        _check_key(chain_id, "chain_id")
         validation.check_json(output, "output")
         return await self._write(
             session, notes, lambda c, n: self._finish_chain(c, n, chain_id, "completed", output)
@@ -650,6 +658,7 @@ class SqlAlchemyStateAdapter:
         self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
     ) -> ChainRecord:
         """Make the chain's pending job due now (skipping a delay or a retry backoff)."""
+        _check_key(chain_id, "chain_id")
         return await self._write(session, notes, lambda c, n: self._trigger(c, n, chain_id))
 
     async def _trigger(
@@ -662,6 +671,7 @@ class SqlAlchemyStateAdapter:
     async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
         """Delete a chain, its jobs and its dedup key; raises ``ChainInUseError``
         while jobs of other chains are blocked on it (nothing is deleted then)."""
+        _check_key(chain_id, "chain_id")
         await self._write(session, NotificationBuffer(), lambda c, _n: self._delete(c, chain_id))
 
     async def _delete(self, conn: AsyncConnection, chain_id: str) -> None:
@@ -681,8 +691,26 @@ class SqlAlchemyStateAdapter:
 
     async def get_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
         """The chain as stored; raises ``ChainNotFoundError``."""
+        _check_key(chain_id, "chain_id")
         async with self._read(session) as conn:
             return await self._get_chain(conn, chain_id)
+
+    async def get_chains(
+        self, chain_ids: Sequence[str], *, session: CallerSession = None
+    ) -> list[ChainRecord]:
+        """The chains among ``chain_ids`` that exist, in the order given; unknown ids
+        are left out. One read (per thousand ids)."""
+        if isinstance(chain_ids, str):
+            raise InvalidInputError("chain_ids must be a sequence of chain ids, not one string")
+        wanted = [_check_key(chain_id, "a chain id") for chain_id in dict.fromkeys(chain_ids)]
+        found: dict[str, ChainRecord] = {}
+        async with self._read(session) as conn:
+            for start in range(0, len(wanted), _IDS_PER_READ):
+                batch = {"chain_ids": wanted[start : start + _IDS_PER_READ]}
+                for row in (await conn.execute(self._sql.get_chains, batch)).mappings():
+                    chain = _chain_record(row)
+                    found[chain.id] = chain
+        return [found[chain_id] for chain_id in wanted if chain_id in found]
 
     async def _get_chain(self, conn: AsyncConnection, chain_id: str) -> ChainRecord:
         row = (await conn.execute(self._sql.get_chain, {"chain_id": chain_id})).mappings().first()
@@ -692,6 +720,7 @@ class SqlAlchemyStateAdapter:
 
     async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
         """The job as stored; raises ``JobNotFoundError``."""
+        _check_key(job_id, "job_id")
         async with self._read(session) as conn:
             row = (await conn.execute(self._sql.get_job, {"job_id": job_id})).mappings().first()
         if row is None:
@@ -708,6 +737,7 @@ class SqlAlchemyStateAdapter:
     ) -> Page:
         """Chains newest first (ids are time-ordered), keyset-paginated by id."""
         _check_status(status)
+        _check_optional_key(type_name, "type_name")
         limit = _check_limit(limit)
         statement = self._sql.list_chains(status, type_name, limit + 1, _check_id_cursor(after))
         async with self._read(None) as conn:
@@ -727,6 +757,8 @@ class SqlAlchemyStateAdapter:
     ) -> Page:
         """Jobs newest first; with ``chain_id``, that chain's jobs in chain order."""
         _check_status(status)
+        _check_optional_key(chain_id, "chain_id")
+        _check_optional_key(type_name, "type_name")
         limit = _check_limit(limit)
         cursor = _check_index_cursor(after) if chain_id is not None else _check_id_cursor(after)
         statement = self._sql.list_jobs(chain_id, status, type_name, limit + 1, cursor)
@@ -923,6 +955,11 @@ def _check_new_chain(chain: NewChain) -> None:
     if not isinstance(chain, NewChain):
         raise InvalidInputError(f"expected a NewChain, got {type(chain).__name__}")
     _check_new_job(chain.job)
+    if chain.id is not None and not _is_id(chain.id):
+        raise InvalidInputError(
+            f"a new chain's id must be None or {ID_LENGTH} lowercase hex digits from "
+            f"state_adapters.ids.new_id() (ids are time-ordered), got {chain.id!r}"
+        )
     validation.check_dedup_key(chain.dedup_key)
     if chain.dedup_scope not in ("incomplete", "ever"):
         raise InvalidInputError(
@@ -936,6 +973,25 @@ def _check_new_chain(chain: NewChain) -> None:
         if not isinstance(blocker, str) or not blocker:
             raise InvalidInputError(f"every blocker must be a chain id string, got {blocker!r}")
         validation.check_text(blocker, "a blocker chain id")
+
+
+def _check_distinct_ids(chains: Sequence[NewChain]) -> None:
+    given = [chain.id for chain in chains if chain.id is not None]
+    if len(set(given)) != len(given):
+        raise InvalidInputError("two chains of one start_chains batch have the same id")
+
+
+def _check_key(value: Any, what: str) -> str:
+    """An id or name that selects rows: a string Postgres can compare (no NUL, no lone
+    surrogate), refused here rather than by the driver halfway through a call."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a string, got {value!r}")
+    return validation.check_text(value, what)
+
+
+def _check_optional_key(value: Any, what: str) -> None:
+    if value is not None:
+        _check_key(value, what)
 
 
 def _check_worker_id(worker_id: Any) -> None:
@@ -977,9 +1033,14 @@ def _check_limit(limit: Any) -> int:
 def _check_id_cursor(after: Any) -> str | None:
     if after is None:
         return None
-    if not isinstance(after, str) or len(after) != 32:
+    if not _is_id(after):
         raise InvalidInputError(f"after must be a next_cursor from a previous page, got {after!r}")
-    return after
+    return str(after)
+
+
+def _is_id(value: Any) -> bool:
+    """Whether ``value`` has the form of :func:`~state_adapters.ids.new_id`'s ids."""
+    return isinstance(value, str) and _ID_FORM.fullmatch(value) is not None
 
 
 def _check_index_cursor(after: Any) -> str | None:

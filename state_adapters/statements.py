@@ -99,6 +99,9 @@ class Statements:
             jobs.c.type_name.in_(bindparam("type_names", expanding=True)),
         )
         self.get_chain = self._chain_select().where(chains.c.id == bindparam("chain_id"))
+        self.get_chains = self._chain_select().where(
+            chains.c.id.in_(bindparam("chain_ids", expanding=True))
+        )
         self.get_job = select(*self.job_columns).where(jobs.c.id == bindparam("job_id"))
         self.claim = self._claim()
 

@@ -36,6 +36,7 @@ from queuert_notify.errors import (
     JobOwnershipLostError,
 )
 from queuert_notify.hooks import NotificationBuffer
+from state_adapters.ids import new_id
 from state_adapters.protocol import (
     Completion,
     ContinueWith,
@@ -222,6 +223,57 @@ class StateAdapterConformance:
                 notes=NotificationBuffer(),
             )
         assert await total_jobs(state) == 1
+
+    async def test_a_chain_id_given_by_the_caller_is_used_and_get_chains_finds_it(
+        self, state: Any
+    ) -> None:
+        chain_id = new_id()
+        (started,) = await state.start_chains(
+            [NewChain(NewJob("t"), id=chain_id)], notes=NotificationBuffer()
+        )
+        assert started.id == chain_id
+        other = await start(state)
+        unknown = new_id()
+        found = await state.get_chains([other.id, unknown, chain_id])
+        assert [c.id for c in found] == [other.id, chain_id]
+        assert found[1].status == "pending" and found[1].last_job.id == chain_id
+        assert await state.get_chains([]) == []
+
+    @pytest.mark.parametrize("chain_id", ["", "abc", "A" * 32, "0" * 31 + "\x00", 7])
+    async def test_a_malformed_chain_id_is_rejected_before_any_write(
+        self, state: Any, chain_id: Any
+    ) -> None:
+        with pytest.raises(InvalidInputError):
+            await state.start_chains(
+                [NewChain(NewJob("t")), NewChain(NewJob("t"), id=chain_id)],
+                notes=NotificationBuffer(),
+            )
+        twice = new_id()
+        with pytest.raises(InvalidInputError, match="same id"):
+            await state.start_chains(
+                [NewChain(NewJob("t"), id=twice), NewChain(NewJob("t"), id=twice)],
+                notes=NotificationBuffer(),
+            )
+        assert await total_jobs(state) == 0
+
+    async def test_reads_refuse_ids_and_names_no_database_can_compare(self, state: Any) -> None:
+        bad = "chain\x00id"
+        for read in (
+            lambda: state.get_chain(bad),
+            lambda: state.get_job(bad),
+            lambda: state.get_chains([bad]),
+            lambda: state.list_chains(type_name=bad),
+            lambda: state.list_jobs(chain_id=bad),
+            lambda: state.list_jobs(type_name=bad),
+            lambda: state.trigger_chain(bad, notes=NotificationBuffer()),
+            lambda: state.cancel_chain(bad, notes=NotificationBuffer()),
+            lambda: state.complete_chain(bad, None, notes=NotificationBuffer()),
+            lambda: state.delete_chain(bad),
+        ):
+            with pytest.raises(InvalidInputError, match="NUL"):
+                await read()
+        with pytest.raises(InvalidInputError, match="next_cursor"):
+            await state.list_chains(after="0" * 31 + "\x00")
 
     async def test_a_past_run_at_means_now_and_a_future_one_waits(self, state: Any) -> None:
         now = datetime.now(UTC)

@@ -1,5 +1,6 @@
 """Faults a Redis Cluster adapter survives: a master killed (its replica takes over), a
-slot resharded to another master, and a close while a master is down.
+slot resharded to another master, and a close while a master is down; and a worker
+that keeps running jobs through a master's death.
 
 This module has a cluster of its own (the ``redis_cluster`` fixture is module
 scoped); every test leaves it settled with all six nodes running.
@@ -9,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from redis.crc import key_slot
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from queuert_notify import RedisNotifyAdapter
+from queuert_notify import Client, Job, JobContext, RedisNotifyAdapter, Worker
 from queuert_notify.notify import sharded_subscriber
 from queuert_notify.notify.redis_cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import Recorder
+from state_adapters import SqlAlchemyStateAdapter
 from tests.redis_cluster import LocalRedisCluster
 
 
@@ -88,6 +92,46 @@ async def test_after_a_master_is_killed_subscriptions_follow_its_replica(
     hints = [await listener.consume_wake_hint(fresh_on_doomed) for _ in range(3)]
     assert hints == [True, True, False], "budgets work on the promoted replica"
     assert len(reconnects.calls) == 2, "one loss, one restore"
+
+
+async def test_a_worker_with_a_60s_poll_runs_every_job_through_a_masters_death(
+    cluster: LocalRedisCluster, prefix: str, tmp_path: Path
+) -> None:
+    doomed = cluster.masters()[0]
+    type_name = _type_on(cluster, prefix, doomed)  # its wakeups travel through the doomed master
+
+    async def handler(job: Job, ctx: JobContext) -> int:
+        return int(job.input["n"])
+
+    def notify() -> RedisNotifyAdapter:
+        return RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True)
+
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+        await state.migrate()
+        async with (
+            Client(state=state, notify=notify()) as producer,
+            Client(state=state, notify=notify()) as worker_client,
+            Worker(worker_client, {type_name: handler}, poll_interval=60),
+        ):
+            first = await producer.start_chain(type_name, {"n": 0})
+            assert (await producer.await_chain(first.id, timeout=10)).output == 0
+
+            # Jobs committed while the master is dead: their wakeups are lost (the client
+            # logs it); the worker polls when its subscription is restored.
+            replica = cluster.replica_of(doomed)
+            cluster.kill(doomed)
+            chains = [await producer.start_chain(type_name, {"n": n}) for n in range(1, 4)]
+            await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+            # And one after: woken through the promoted replica.
+            chains.append(await producer.start_chain(type_name, {"n": 4}))
+
+            for n, chain in enumerate(chains, start=1):
+                done = await producer.await_chain(chain.id, timeout=20, poll_interval=0.5)
+                assert (done.status, done.output) == ("completed", n)
+    finally:
+        await engine.dispose()
 
 
 async def test_when_a_slot_is_resharded_the_subscription_and_the_budget_follow_it(

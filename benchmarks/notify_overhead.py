@@ -58,6 +58,7 @@ HELP = (
 
 ADAPTERS = ("in-process", "redis", "redis-cluster", "postgres", "nats")
 _BARE = "bare redis-py"
+_BARE_BOUNDED = "bare redis-py, get_message(timeout=1)"
 _SINGLE, _CLUSTER = "RedisNotifyAdapter", "RedisNotifyAdapter(cluster=True)"
 
 
@@ -243,10 +244,13 @@ async def _adapter_path(transport: _Transport, exits: AsyncExitStack) -> _Path:
 
 class _BareRedis:
     """What a developer writes with redis-py alone: PUBLISH, and a task iterating
-    ``PubSub.listen()`` on a second connection."""
+    ``PubSub.listen()`` on a second connection; with ``bounded_wait``, a task
+    calling ``get_message(timeout=1.0)`` instead, the way the adapter's reader
+    waits (so a dead connection is noticed and an idle reader never spins)."""
 
-    def __init__(self, url: str, channel: str) -> None:
+    def __init__(self, url: str, channel: str, *, bounded_wait: bool = False) -> None:
         self._channel = channel
+        self._bounded_wait = bounded_wait
         self._commands = Redis.from_url(url)
         self._subscriber = Redis.from_url(url)
         self._pubsub = self._subscriber.pubsub(ignore_subscribe_messages=True)
@@ -264,9 +268,15 @@ class _BareRedis:
         await self._commands.publish(self._channel, "bench-chain")
 
     async def _read(self) -> None:
-        async for message in self._pubsub.listen():
-            if message["type"] == "message":
-                self.receiver()
+        if self._bounded_wait:
+            while True:
+                message = await self._pubsub.get_message(timeout=1.0)
+                if message is not None and message["type"] == "message":
+                    self.receiver()
+        else:
+            async for message in self._pubsub.listen():
+                if message["type"] == "message":
+                    self.receiver()
 
     async def close(self) -> None:
         if self._reader is not None:
@@ -287,9 +297,11 @@ async def _publish_listen(
             for transport in transports
         ]
         if any(t.label == _SINGLE for t in transports):
-            bare = _BareRedis(args.redis_url, f"{prefix}:bare")
-            exits.push_async_callback(bare.close)
-            variants.append((await bare.start()).variant(_BARE, args))
+            for name, bounded_wait in ((_BARE, False), (_BARE_BOUNDED, True)):
+                channel = f"{prefix}:bare:{int(bounded_wait)}"
+                bare = _BareRedis(args.redis_url, channel, bounded_wait=bounded_wait)
+                exits.push_async_callback(bare.close)
+                variants.append((await bare.start()).variant(name, args))
         return await runner.alternate(variants, args.rounds)
 
 
@@ -398,7 +410,14 @@ async def run(args: argparse.Namespace) -> str:
         f"Publish→listener (`notify_chain_completed` → `listen_chain_completed`), medians "
         f"of {args.rounds} alternating rounds ({args.samples} sequential samples; "
         f"{args.messages} messages from {args.publishers} publishers for publishes/s):",
-        runner.table(_rows(latency, (_SINGLE, _BARE, "adapter / bare")), first_column="adapter"),
+        runner.table(
+            _rows(
+                latency,
+                (_SINGLE, _BARE, "adapter / bare"),
+                (_BARE_BOUNDED, _BARE, "get_message(timeout=1) / listen(), both bare"),
+            ),
+            first_column="adapter",
+        ),
     ]
     if hints.rounds:
         sections += [
@@ -420,7 +439,8 @@ async def run(args: argparse.Namespace) -> str:
             "publishes/s and hints/s a ratio below 1 means the first is slower",
             "publisher and listener are separate adapters with connections of their own "
             "(one instance for in-process); bare redis-py publishes and listens on two "
-            "connections too",
+            "connections too, reading with listen() or, like the adapter's reader, with "
+            "get_message(timeout=1)",
             "bytes held after all left: the channel's route table keeps its grown hash table "
             "(CPython dicts do not shrink on delete) until the channel's last listener leaves",
             *notes,

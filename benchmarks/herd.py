@@ -57,17 +57,6 @@ async def _noop(job: Job, ctx: JobContext) -> None:
     return None
 
 
-async def _settled(claims: stacks.StatementCounter, *, at_least: int) -> None:
-    """Return once every worker made its first claim (at start) and the claims stopped:
-    no count that follows includes a worker's start-up."""
-    async with asyncio.timeout(60):
-        while True:
-            before = claims.count
-            await asyncio.sleep(0.3)
-            if claims.count >= at_least and claims.count == before:
-                return
-
-
 def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> runner.Variant:
     poll_interval = args.noop_poll_interval if notify_kind == "noop" else 60.0
 
@@ -87,6 +76,7 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
             AsyncExitStack() as workers,
         ):
             claimers: dict[str, int] = {}
+            all_claimed = asyncio.Event()  # every worker made its start-up claim
 
             def claim(statement: str, context: Any) -> bool:
                 if not is_claim(statement, context):
@@ -95,6 +85,8 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
                 for value in context.compiled_parameters[0].values():
                     if isinstance(value, str) and value in claimers:
                         claimers[value] += 1
+                if len(claimers) == args.workers and all(claimers.values()):
+                    all_claimed.set()
                 return True
 
             claims = stack.count_statements(claim)
@@ -108,7 +100,9 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
                 )
                 claimers[worker.worker_id] = 0
                 await workers.enter_async_context(worker)
-            await _settled(claims, at_least=args.workers)
+            async with asyncio.timeout(60):
+                await all_claimed.wait()
+            await asyncio.sleep(0.3)  # and went to sleep: no start-up in the count
             claims.count = 0
             claimers.update(dict.fromkeys(claimers, 0))
             await stack.client.start_chains([ChainSpec("bench-herd") for _ in range(args.jobs)])

@@ -83,24 +83,35 @@ def _services(redis_url: str, postgres_url: str) -> list[str]:
     return [f"--redis-url={redis_url}", f"--postgres-url={postgres_url}"]
 
 
-async def test_start_reports_one_per_tx_and_batched_rates_per_combination(
-    redis_url: str, postgres_url: str
+async def test_start_reports_one_per_tx_concurrent_and_batched_rates_per_combination(
+    redis_url: str, postgres_url: str, nats_url: str
 ) -> None:
     report = await run_benchmark(
         [
             "start",
             "--rounds=1",
-            "--chains=5",
+            "--chains=6",
             "--batches=1",
+            "--tasks=3",
             "--state=postgres,sqlite",
-            "--notify=redis",
+            "--notify=redis,postgres,nats",
             *_services(redis_url, postgres_url),
+            f"--nats-url={nats_url}",
         ]
     )
 
-    assert "| Postgres + Redis |" in report
-    assert "| SQLite + Redis |" in report
+    for row in (
+        "Postgres + Redis",
+        "SQLite + Redis",
+        "Postgres + Postgres NOTIFY",
+        "SQLite + NATS",
+    ):
+        assert f"| {row} |" in report
+    assert "| Postgres, bare psycopg (floor) |" in report
+    for column in ("own tx chains/s", "caller tx chains/s", "own tx, 3 tasks chains/s"):
+        assert column in report
     assert "100/tx chains/s" in report
+    assert "NATS 2." in report  # the server version is in the notes
 
 
 async def test_drain_reports_jobs_per_second_for_both_worker_modes(
@@ -132,6 +143,8 @@ async def test_steady_state_reports_rates_latency_and_backlog(
             "--rounds=1",
             "--duration=1",
             "--rate=30",
+            "--producers=2",
+            "--workers=2",
             "--state=postgres",
             "--notify=redis",
             *_services(redis_url, postgres_url),
@@ -139,7 +152,9 @@ async def test_steady_state_reports_rates_latency_and_backlog(
     )
 
     assert "| Postgres + Redis |" in report
-    assert "backlog at end" in report
+    assert "2 producer tasks (30 chains/s offered" in report
+    for column in ("started/s", "completed/s", "p99 ms", "backlog at end"):
+        assert column in report
 
 
 async def test_wake_latency_reports_percentiles_with_and_without_notifications(
@@ -164,7 +179,7 @@ async def test_wake_latency_reports_percentiles_with_and_without_notifications(
 
 
 async def test_herd_counts_claims_and_the_workers_that_made_them(
-    redis_url: str, postgres_url: str
+    redis_url: str, postgres_url: str, nats_url: str
 ) -> None:
     report = await run_benchmark(
         [
@@ -173,14 +188,36 @@ async def test_herd_counts_claims_and_the_workers_that_made_them(
             "--workers=4",
             "--jobs=2",
             "--settle=0.1",
+            "--noop-poll-interval=0.2",
             "--state=postgres",
-            "--notify=redis",
+            "--notify=noop,redis,postgres,nats",
             *_services(redis_url, postgres_url),
+            f"--nats-url={nats_url}",
         ]
     )
 
-    assert "| Postgres + Redis |" in report
+    for row in ("noop (poll 0.2 s)", "Redis", "Postgres NOTIFY", "NATS"):
+        assert f"| Postgres + {row} |" in report
+    assert "claims per job" in report
     assert "workers that claimed" in report
+
+
+@pytest.mark.parametrize("postgres", [True, False], ids=["postgres", "sqlite"])
+def test_herd_recognises_the_claim_statement_and_nothing_else(postgres: bool) -> None:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    from benchmarks.herd import is_claim
+    from state_adapters.schema import make_tables
+    from state_adapters.statements import Statements
+
+    sql = Statements(make_tables("smoke_"), postgres=postgres)
+    dialect = postgresql.psycopg.dialect() if postgres else sqlite.aiosqlite.dialect()
+
+    def compiled(statement: object) -> str:
+        return str(statement.compile(dialect=dialect))  # type: ignore[attr-defined]
+
+    assert is_claim(compiled(sql.claim), None)
+    assert not is_claim(compiled(sql.next_due_at), None)
 
 
 async def test_redis_cost_counts_round_trips_on_a_private_server(postgres_url: str) -> None:
@@ -197,4 +234,6 @@ async def test_redis_cost_counts_round_trips_on_a_private_server(postgres_url: s
     )
 
     assert "| own tx, 3 chains of 3 types |" in report
-    assert "EVALSHA" in report
+    assert "| caller tx, 3 start_chain calls of 3 types |" in report
+    assert "commands executed" in report
+    assert "sent EVALSHA x1; executed EVALSHA x1" in report

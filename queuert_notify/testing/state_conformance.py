@@ -21,7 +21,7 @@ of a fraction of a second, so the suite runs in well under a minute.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -256,9 +256,11 @@ class StateAdapterConformance:
             )
         assert await total_jobs(state) == 0
 
-    async def test_reads_refuse_ids_and_names_no_database_can_compare(self, state: Any) -> None:
+    async def test_reads_and_actions_refuse_ids_and_names_no_database_can_compare(
+        self, state: Any
+    ) -> None:
         bad = "chain\x00id"
-        for read in (
+        calls: list[Callable[[], Awaitable[Any]]] = [
             lambda: state.get_chain(bad),
             lambda: state.get_job(bad),
             lambda: state.get_chains([bad]),
@@ -269,9 +271,10 @@ class StateAdapterConformance:
             lambda: state.cancel_chain(bad, notes=NotificationBuffer()),
             lambda: state.complete_chain(bad, None, notes=NotificationBuffer()),
             lambda: state.delete_chain(bad),
-        ):
+        ]
+        for call in calls:
             with pytest.raises(InvalidInputError, match="NUL"):
-                await read()
+                await call()
         with pytest.raises(InvalidInputError, match="next_cursor"):
             await state.list_chains(after="0" * 31 + "\x00")
 

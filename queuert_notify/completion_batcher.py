@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from queuert_notify.errors import JobOwnershipLostError
 from queuert_notify.hooks import NotificationBuffer
 from state_adapters.protocol import Completion, JobRecord, StateAdapter
 
 logger = logging.getLogger(__name__)
+
+_QUIET_TURNS = 2
 
 CompletionResult = JobRecord | JobOwnershipLostError
 
@@ -21,17 +24,24 @@ class CompletionBatcher:
     Invariants: every submitted completion is written exactly once or its caller gets
     the error (a batch that fails fails all its callers, whose leases then expire and
     are retried); at most one batch is in flight, so completions that arrive while one
-    is being written form the next batch (up to ``max_batch``); ``close()`` writes
-    what is queued, then stops the owned task.
+    is being written form the next batch (up to ``max_batch``); a batch's callers learn
+    its outcome as soon as it committed, and its notifications are published while the
+    next batch is written (one publish in flight); ``close()`` writes what is queued,
+    publishes, then stops the owned task.
+
+    A batch starts once the completions that were ready have queued (the event loop
+    ran the tasks that could run) and, with ``max_delay``, after that many seconds:
+    waiting adds latency to every job, and completions arriving during a write batch
+    up by themselves.
     """
 
     def __init__(
         self,
         state: StateAdapter,
-        flush: Callable[[NotificationBuffer], Awaitable[None]],
+        flush: Callable[[NotificationBuffer], Coroutine[Any, Any, None]],
         *,
         max_batch: int = 100,
-        max_delay: float = 0.002,
+        max_delay: float = 0.0,
     ) -> None:
         self._state = state
         self._flush = flush
@@ -40,6 +50,7 @@ class CompletionBatcher:
         self._queue: list[tuple[Completion, asyncio.Future[CompletionResult]]] = []
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._publishing: asyncio.Task[None] | None = None
         self._closed = False
 
     async def complete(self, completion: Completion) -> CompletionResult:
@@ -57,17 +68,31 @@ class CompletionBatcher:
         return await asyncio.shield(future)
 
     async def _run(self) -> None:
-        while True:
-            await self._ready.wait()
-            if not self._queue:
-                if self._closed:
-                    return
-                self._ready.clear()
-                continue
-            if not self._closed and len(self._queue) < self._max_batch and self._max_delay > 0:
-                # A short linger lets completions finishing together share a transaction.
-                await asyncio.sleep(self._max_delay)
-            await self._write_batch()
+        try:
+            while True:
+                await self._ready.wait()
+                if not self._queue:
+                    if self._closed:
+                        return
+                    self._ready.clear()
+                    continue
+                await self._gather()
+                await self._write_batch()
+        finally:
+            if self._publishing is not None:
+                await self._publishing
+
+    async def _gather(self) -> None:
+        """Let completions finishing together join the batch: yield to the event loop
+        until two turns in a row queued nothing (a finished handler needs a couple of
+        turns to reach the queue), then wait ``max_delay`` if set."""
+        quiet = 0
+        while quiet < _QUIET_TURNS and len(self._queue) < self._max_batch and not self._closed:
+            queued = len(self._queue)
+            await asyncio.sleep(0)
+            quiet = quiet + 1 if len(self._queue) == queued else 0
+        if self._max_delay > 0 and len(self._queue) < self._max_batch and not self._closed:
+            await asyncio.sleep(self._max_delay)
 
     async def _write_batch(self) -> None:
         batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
@@ -85,10 +110,13 @@ class CompletionBatcher:
                 if not future.done():
                     future.set_exception(exc)
             return
-        await self._flush(notes)
         for (_, future), result in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(result)
+        # Committed: publish while the next batch is written, one publish at a time.
+        if self._publishing is not None:
+            await self._publishing
+        self._publishing = asyncio.create_task(self._flush(notes), name="queuert-batch-publish")
 
     async def close(self) -> None:
         """Write every queued completion, then let the background task end."""

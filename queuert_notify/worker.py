@@ -73,6 +73,8 @@ class _Run:
     abandoned: bool = False
     holds_slot: bool = True
     """Until its handler has finished; the completion is then written without it."""
+    renew_at: float = 0.0
+    """``loop.time()`` from which the lease renewer extends this run's lease."""
     checks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -120,7 +122,7 @@ class Worker:
         jitter: float = 0.1,
         on_event: Callable[[WorkerEvent], object] | None = None,
         completion_batch_size: int = 100,
-        completion_linger: float = 0.002,
+        completion_linger: float = 0.0,
         loop_lag_threshold: float | None = 0.5,
     ) -> None:
         """
@@ -189,6 +191,7 @@ class Worker:
         self._done = asyncio.Event()
         self._hint_tasks: set[asyncio.Task[None]] = set()
         self._resubscriber: asyncio.Task[None] | None = None
+        self._renewer: asyncio.Task[None] | None = None
         self._batcher: CompletionBatcher | None = None
         self._run_task: asyncio.Task[None] | None = None
         self._last_reap = float("-inf")
@@ -276,6 +279,7 @@ class Worker:
                     self._subscribe_when_reachable(subscriptions)
                 )
             self._started.set()
+            self._renewer = asyncio.create_task(self._renew_leases(), name="queuert-lease-renewer")
             if self._watchdog is not None:
                 self._watchdog.start()
             logger.info(
@@ -293,6 +297,9 @@ class Worker:
                 await asyncio.gather(
                     *(r.task for r in self._runs.values() if r.task), return_exceptions=True
                 )
+            if self._renewer is not None:
+                self._renewer.cancel()
+                await asyncio.gather(self._renewer, return_exceptions=True)
             for task in list(self._hint_tasks):
                 task.cancel()
             await asyncio.gather(*self._hint_tasks, return_exceptions=True)
@@ -417,9 +424,10 @@ class Worker:
 
     def _free_slots(self) -> int:
         """Handlers that may start now. A finished handler gives its slot back before its
-        completion is written (claiming overlaps writing), but at most ``concurrency``
-        completions wait to be written, so a slow database slows claiming down."""
-        return min(self.concurrency - self._busy, 2 * self.concurrency - len(self._runs))
+        completion is written (claiming overlaps writing), but at most twice
+        ``concurrency`` completions wait to be written (a batch in flight and the next),
+        so a slow database slows claiming down."""
+        return min(self.concurrency - self._busy, 3 * self.concurrency - len(self._runs))
 
     def _on_job_scheduled(self, type_name: str) -> None:
         if self._stopping:
@@ -603,6 +611,7 @@ class Worker:
             )
             return
         run = _Run(Job.from_record(record), record.lease_token, record.leased_until)
+        run.renew_at = asyncio.get_running_loop().time() + self.lease / 3
         self._runs[run.lease_token] = run
         self._busy += 1
         run.task = asyncio.create_task(self._execute(run), name=f"queuert-job-{record.id}")
@@ -655,7 +664,7 @@ class Worker:
                     exc_info=True,
                     extra=_job_extra(job, self.worker_id),
                 )
-            await self._supervise(run)
+            await self._await_handler(run)
             await self._finish(run, ctx)
         finally:
             if not run.handler_task.done():
@@ -684,31 +693,54 @@ class Worker:
                 raise _HandlerTimeout(self.handler_timeout) from None
             raise  # the handler's own TimeoutError
 
-    async def _supervise(self, run: _Run) -> None:
-        """Wait for the handler while renewing the lease every third of it; a refused
-        renewal cancels the handler."""
+    async def _await_handler(self, run: _Run) -> None:
+        """Wait until the handler has finished, however it finished (its lease is renewed
+        meanwhile by :meth:`_renew_leases`)."""
         assert run.handler_task is not None
-        interval = self.lease / 3
+        try:
+            await run.handler_task
+        except BaseException:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the run itself is cancelled, not only its handler
+
+    async def _renew_leases(self) -> None:
+        """Renew the lease of every running handler once a third of it has passed: one
+        task for the whole worker rather than a timer per job. A refused renewal cancels
+        that handler; a failed one is retried every second until the lease expires."""
+        loop = asyncio.get_running_loop()
+        tick = min(self.lease / 6, 1.0)
         while True:
-            done, _ = await asyncio.wait({run.handler_task}, timeout=interval)
-            if done:
-                return
-            try:
-                run.leased_until = await self.client.state.renew_lease(
-                    run.job.id, run.lease_token, self.lease
-                )
-                interval = self.lease / 3
-            except JobOwnershipLostError:
-                self._lose(run, "lease renewal refused")
-            except Exception:
-                logger.warning(
-                    "lease renewal failed; retrying",
-                    exc_info=True,
-                    extra=_job_extra(run.job, self.worker_id),
-                )
-                if run.leased_until is not None and datetime.now(UTC) >= _aware(run.leased_until):
-                    self._lose(run, "lease expired while renewal kept failing")
-                interval = min(self.lease / 3, 1.0)
+            await asyncio.sleep(tick)
+            now = loop.time()
+            due = [
+                run
+                for run in self._runs.values()
+                if run.renew_at <= now
+                and run.handler_task is not None
+                and not run.handler_task.done()
+            ]
+            if due:
+                await asyncio.gather(*(self._renew(run) for run in due))
+
+    async def _renew(self, run: _Run) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            run.leased_until = await self.client.state.renew_lease(
+                run.job.id, run.lease_token, self.lease
+            )
+            run.renew_at = loop.time() + self.lease / 3
+        except JobOwnershipLostError:
+            self._lose(run, "lease renewal refused")
+        except Exception:
+            logger.warning(
+                "lease renewal failed; retrying",
+                exc_info=True,
+                extra=_job_extra(run.job, self.worker_id),
+            )
+            if run.leased_until is not None and datetime.now(UTC) >= _aware(run.leased_until):
+                self._lose(run, "lease expired while renewal kept failing")
+            run.renew_at = loop.time() + min(self.lease / 3, 1.0)
 
     def _lease_deadline(self, run: _Run) -> float | None:
         """The ``loop.time()`` at which the run's lease expires (``None`` if unknown):

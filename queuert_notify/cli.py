@@ -8,6 +8,7 @@ import inspect
 import json
 import logging
 import os
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -85,34 +86,42 @@ def demo(
 ) -> None:
     """Run chains with continuations, a blocker and retries through several workers,
     then print throughput and wake latency. Needs no server by default."""
-    from queuert_notify.demo import run_demo
+    from queuert_notify.demo import engine_options, run_demo
 
+    engine = _engine(database_url, **engine_options(workers)) if database_url else None
     where = mask_url(database_url) if database_url else "a fresh SQLite file"
     via = mask_url(redis_url) if redis_url else "in-process notify"
     _console().print(
         f"[bold]queuert-notify demo[/]: {chains} chains x 3 jobs, {workers} workers x "
         f"{concurrency} slots ({mode} mode), on {where} with {via}"
     )
-    with Progress(
-        TextColumn("chains"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=_console(),
-    ) as bar:
-        task = bar.add_task("chains", total=chains + 2)
-        report = _run(
-            run_demo(
-                database_url=_async_url(database_url) if database_url else None,
-                redis_url=redis_url,
-                chains=chains,
-                workers=workers,
-                concurrency=concurrency,
-                mode="staged" if mode == "staged" else "atomic",
-                progress=lambda done, total: bar.update(task, completed=done, total=total),
-            )
-        )
-    _console().print(_summary_table(report))
+
+    async def go() -> DemoReport:
+        try:
+            if engine is not None and database_url:
+                await _check_reachable(engine, database_url)
+            with Progress(
+                TextColumn("chains"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=_console(),
+            ) as bar:
+                task = bar.add_task("chains", total=chains + 2)
+                return await run_demo(
+                    engine=engine,
+                    redis_url=redis_url,
+                    chains=chains,
+                    workers=workers,
+                    concurrency=concurrency,
+                    mode="staged" if mode == "staged" else "atomic",
+                    progress=lambda done, total: bar.update(task, completed=done, total=total),
+                )
+        finally:
+            if engine is not None:
+                await engine.dispose()
+
+    _console().print(_summary_table(_run(go())))
 
 
 def _summary_table(report: DemoReport) -> Table:
@@ -302,27 +311,89 @@ async def _with_state(
 
     engine = _engine(database_url)
     try:
+        await _check_reachable(engine, database_url)
         return await action(SqlAlchemyStateAdapter(engine, table_prefix=table_prefix))
     finally:
         await engine.dispose()
 
 
-def _engine(database_url: str) -> AsyncEngine:
-    """An engine for ``database_url``; a URL that names no installed async driver is a
-    ConfigurationError (shown without its password), not a traceback."""
+class BadSettingError(click.ClickException):
+    """A setting no command can run with (a database URL no supported async driver
+    serves): one line naming the library's error, exit code 2 like click's own usage
+    errors, before anything connects."""
+
+    exit_code = 2
+
+    def __init__(self, error: ConfigurationError) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+
+
+def _engine(database_url: str, **options: Any) -> AsyncEngine:
+    """An engine for ``database_url`` (``options`` go to ``create_async_engine``); a URL
+    that names no supported, installed async driver, or an in-memory SQLite database
+    (private to one connection, so empty for every other), is a
+    :class:`BadSettingError` shown without the URL's password, not a traceback."""
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, InvalidRequestError
     from sqlalchemy.ext.asyncio import create_async_engine
 
+    from state_adapters.dialects import check_supported
+
+    def unsupported(reason: str) -> BadSettingError:
+        return BadSettingError(
+            ConfigurationError(
+                f"unsupported database URL {mask_url(database_url)!r} ({reason}); use "
+                "postgresql+psycopg://user@host/db or sqlite+aiosqlite:///jobs.db"
+            )
+        )
+
     try:
-        return create_async_engine(_async_url(database_url))
+        url = make_url(_async_url(database_url))
+        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+            raise unsupported("an in-memory SQLite database is private to one connection")
+        engine = create_async_engine(url, **options)
     except (ArgumentError, InvalidRequestError, ImportError) as exc:
         # ArgumentError: unparseable or unknown dialect; InvalidRequestError: a sync
         # driver; ImportError: a driver that is not installed.
-        reason = str(exc).splitlines()[0]
+        raise unsupported(str(exc).splitlines()[0]) from None
+    try:
+        check_supported(engine)
+    except ConfigurationError as exc:
+        raise BadSettingError(exc) from None
+    return engine
+
+
+async def _check_reachable(engine: AsyncEngine, database_url: str) -> None:
+    """Connect once now, so that a database that does not answer is a one-line
+    ``ConfigurationError`` naming the address (password masked), not a traceback from
+    the first query."""
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        if engine.dialect.name == "sqlite":
+            # Opened as aiosqlite would, but not through it: after a failed open its
+            # worker thread outlives the CLI's event loop and prints a traceback.
+            await asyncio.to_thread(_open_sqlite, str(engine.url.database))
+        else:
+            async with engine.connect():
+                pass
+    except (DBAPIError, OSError, sqlite3.Error) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        password = engine.url.password
+        if password:
+            reason = reason.replace(str(password), "***")
+        hint = (
+            "does its directory exist, and may this user write there?"
+            if engine.dialect.name == "sqlite"
+            else "is the server running, and are the address and credentials right?"
+        )
         raise ConfigurationError(
-            f"unsupported database URL {mask_url(database_url)!r} ({reason}); use "
-            "postgresql+psycopg://user@host/db or sqlite+aiosqlite:///jobs.db"
+            f"cannot connect to the database at {mask_url(database_url)}: {reason}; {hint}"
         ) from None
+
+
+def _open_sqlite(path: str) -> None:
+    sqlite3.connect(path).close()
 
 
 def _async_url(url: str) -> str:

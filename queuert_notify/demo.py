@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queuert_notify.client import ChainSpec, Client
 from queuert_notify.events import WorkerEvent
@@ -26,6 +26,9 @@ from queuert_notify.jobs import Handler, Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker import Worker, WorkerMode
 from state_adapters.protocol import ContinueWith
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 ENQUEUE_BATCH = 250
 BLOCKED_ON = 100
@@ -142,9 +145,18 @@ def _handlers(probe_starts: dict[str, float]) -> dict[str, Handler]:
     }
 
 
+def engine_options(workers: int) -> dict[str, Any]:
+    """``create_async_engine`` options for a demo database run by ``workers`` workers.
+
+    Each worker uses about two connections at once (claims, completion batches); a pool
+    smaller than that opens and closes a connection per transaction.
+    """
+    return {"pool_size": 2 * workers + 4}
+
+
 async def run_demo(
     *,
-    database_url: str | None,
+    engine: AsyncEngine | None,
     redis_url: str | None,
     chains: int,
     workers: int,
@@ -152,19 +164,21 @@ async def run_demo(
     mode: WorkerMode = "atomic",
     progress: Callable[[int, int], None] | None = None,
 ) -> DemoReport:
-    """Run the demo and return its measurements. With no ``database_url`` a SQLite file
-    in a temporary directory is used and removed; with one, tables get a unique prefix
-    and are dropped afterwards. ``progress(done, total)`` reports finished chains."""
+    """Run the demo and return its measurements. With no ``engine`` a SQLite file in a
+    temporary directory is used and removed; with one (the caller's, made with
+    :func:`engine_options`, disposed by the caller), tables get a unique prefix and are
+    dropped afterwards. ``progress(done, total)`` reports finished chains."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 
-    tmpdir = None if database_url else Path(tempfile.mkdtemp(prefix="queuert-demo-"))
-    url = database_url or f"sqlite+aiosqlite:///{tmpdir}/demo.db"
+    own_engine = engine is None
+    tmpdir = Path(tempfile.mkdtemp(prefix="queuert-demo-")) if own_engine else None
+    if engine is None:
+        engine = create_async_engine(
+            f"sqlite+aiosqlite:///{tmpdir}/demo.db", **engine_options(workers)
+        )
     table_prefix = f"demo_{uuid.uuid4().hex[:8]}_"
-    # Each worker uses about two connections at once (claims, completion batches); a pool
-    # smaller than that opens and closes a connection per transaction.
-    engine = create_async_engine(url, pool_size=2 * workers + 4)
     flake_filter = _DropDemoFlakes()
     worker_logger = logging.getLogger("queuert_notify.worker")
     worker_logger.addFilter(flake_filter)
@@ -175,7 +189,7 @@ async def run_demo(
         report = DemoReport(
             database=(
                 engine.url.render_as_string(hide_password=True)
-                if database_url
+                if not own_engine
                 else "SQLite (fresh temporary file)"
             ),
             notify=type(notify).__name__,
@@ -188,9 +202,10 @@ async def run_demo(
         return report
     finally:
         worker_logger.removeFilter(flake_filter)
-        if database_url:
+        if own_engine:
+            await engine.dispose()
+        else:
             await _drop_tables(engine, table_prefix)
-        await engine.dispose()
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
 

@@ -348,7 +348,7 @@ def test_the_cli_refuses_an_unsupported_database_url_without_a_traceback(
     url: str, reason: str
 ) -> None:
     result = CliRunner().invoke(cli, ["chains", "list", "--database-url", url])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error, like click's own
     assert "ConfigurationError: unsupported database URL" in result.output
     assert reason in result.output
     assert "postgresql+psycopg://" in result.output  # says what to use instead

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify.cli import main
+from tests.services import free_port
 
 
 def _invoke(*args: str) -> tuple[int, str]:
@@ -101,3 +102,69 @@ def test_worker_command_explains_a_bad_target(target: str, message: str) -> None
     result = CliRunner().invoke(main, ["worker", target])
     assert result.exit_code == 2
     assert message in result.output
+
+
+# -- settings the commands cannot run with ---------------------------------------------
+
+SECRET = "s3cret-in-the-url"
+
+
+def _error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("Error:")]
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        (f"mysql://app:{SECRET}@db.example/jobs", "No module named"),
+        (f"postgresql+asyncpg://app:{SECRET}@db.example/jobs", "No module named"),
+        ("sqlite+pysqlite:///jobs.db", "requires an async driver"),
+        ("sqlite+aiosqlite://", "in-memory SQLite"),
+        ("sqlite:///:memory:", "in-memory SQLite"),
+        ("not a url at all", "Could not parse"),
+    ],
+)
+@pytest.mark.parametrize("command", [["demo", "--chains", "5"], ["migrate"], ["chains", "list"]])
+def test_an_unsupported_database_url_is_a_one_line_usage_error(
+    command: list[str], url: str, reason: str
+) -> None:
+    result = CliRunner().invoke(main, [*command, "--database-url", url])
+    assert result.exit_code == 2, result.output
+    assert result.exc_info is None or result.exc_info[0] is SystemExit, "a traceback"
+    (error,) = _error_lines(result.output)
+    assert error.startswith("Error: ConfigurationError: unsupported database URL")
+    assert reason in error
+    assert "postgresql+psycopg://" in error  # says what to use instead
+    assert SECRET not in result.output
+    assert "chains x 3 jobs" not in result.output  # refused before the demo starts
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["demo", "--chains", "5"], ["migrate"], ["chains", "list"], ["chains", "show", "0" * 32]],
+)
+def test_an_unreachable_postgres_is_a_one_line_error_naming_the_masked_address(
+    command: list[str],
+) -> None:
+    port = free_port()
+    url = f"postgresql+psycopg://app:{SECRET}@127.0.0.1:{port}/jobs"
+    result = CliRunner(env={"COLUMNS": "400"}).invoke(main, [*command, "--database-url", url])
+    assert result.exit_code == 1, result.output
+    assert result.exc_info is None or result.exc_info[0] is SystemExit, "a traceback"
+    (error,) = _error_lines(result.output)
+    assert error.startswith(
+        f"Error: ConfigurationError: cannot connect to the database at "
+        f"postgresql+psycopg://app:***@127.0.0.1:{port}/jobs: "
+    )
+    assert "Connection refused" in error and "is the server running" in error
+    assert SECRET not in result.output
+
+
+def test_a_sqlite_file_in_a_missing_directory_is_a_one_line_error(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/missing/jobs.db"
+    result = CliRunner().invoke(main, ["chains", "list", "--database-url", url])
+    assert result.exit_code == 1, result.output
+    (error,) = _error_lines(result.output)
+    assert "cannot connect to the database at sqlite+aiosqlite:///" in error
+    assert "unable to open database file" in error and "directory exist" in error
+    assert not (tmp_path / "missing").exists()

@@ -866,11 +866,12 @@ class StateAdapterConformance:
         assert again.id == first.id and again.deduplicated is True
 
     async def test_a_dedup_window_limits_how_long_a_key_deduplicates(self, state: Any) -> None:
-        first = await start(state, dedup_key="k", dedup_window=0.5)
-        inside = await start(state, dedup_key="k", dedup_window=0.5)
+        # A window wide enough that a loaded machine still starts `inside` within it.
+        first = await start(state, dedup_key="k", dedup_window=1.5)
+        inside = await start(state, dedup_key="k", dedup_window=1.5)
         assert inside.id == first.id and inside.deduplicated is True
-        await asyncio.sleep(0.7)
-        after = await start(state, dedup_key="k", dedup_window=0.5)
+        await asyncio.sleep(1.6)
+        after = await start(state, dedup_key="k", dedup_window=1.5)
         assert after.id != first.id and after.deduplicated is False
 
     async def test_duplicates_within_one_batch_make_one_chain(self, state: Any) -> None:

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify import (
     ChainNotFoundError,
@@ -121,6 +121,33 @@ async def test_unstorable_output_from_application_code_is_refused(
     with pytest.raises(InvalidInputError, match=message.replace("input", "output")):
         await client.complete_chain(chain.id, value)
     assert await _snapshot(state) == before
+
+
+@on_postgres
+@pytest.mark.parametrize("bad", ["chain\x00id", "\ud800"], ids=["nul", "lone-surrogate"])
+async def test_reads_and_chain_actions_with_an_unusable_id_or_name_touch_no_database(
+    client: Client, engine: AsyncEngine, bad: str
+) -> None:
+    """Postgres would fail such a call inside the driver (``DataError``, or an encoding
+    error); it is refused up front as ``InvalidInputError`` and sends no statement."""
+    statements: list[str] = []
+    event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    calls = [
+        lambda: client.get_chain(bad),
+        lambda: client.get_job(bad),
+        lambda: client.list_chains(type_name=bad),
+        lambda: client.list_jobs(chain_id=bad),
+        lambda: client.list_jobs(type_name=bad),
+        lambda: client.count_jobs(type_names=[bad]),
+        lambda: client.trigger(bad),
+        lambda: client.cancel(bad),
+        lambda: client.complete_chain(bad),
+        lambda: client.delete_chain(bad),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInputError):
+            await call()
+    assert statements == []
 
 
 @both_databases

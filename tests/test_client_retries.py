@@ -1,10 +1,11 @@
-"""Client writes repeated after a connection lost around COMMIT: the server committed,
-the client saw the connection drop, and the repeat must neither do the change twice nor
-report a failure for a change that was made.
+"""Client writes repeated after a connection lost around COMMIT: the server committed
+(or not), the client saw the connection drop, and the repeat must neither do the change
+twice nor report a failure for a change that was made.
 
-The fault is real on both sides: :class:`LostCommit` lets the server commit (or not),
-then closes the driver connection before SQLAlchemy's own commit call, which fails as a
-dropped connection would; SQLAlchemy invalidates it and the client repeats the call.
+The fault is real on both sides: :class:`LostCommit` lets the server commit (or not) and
+closes the driver connection under SQLAlchemy, whose own call then fails as on a dropped
+connection; SQLAlchemy invalidates it and the client repeats the call. :class:`LateCommit`
+commits the lost transaction only after the repeat has looked for it.
 """
 
 from __future__ import annotations

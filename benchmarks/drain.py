@@ -79,7 +79,9 @@ def _variant(
     state_kind: str, notify_kind: str, mode: str, jobs: int, args: argparse.Namespace
 ) -> runner.Variant:
     async def one_round() -> runner.Figures:
-        async with stacks.open_stack(state_kind, notify_kind, args) as stack:
+        # A session per handler (atomic-session), the worker's two connections, and two more.
+        pool_size = args.concurrency + 4
+        async with stacks.open_stack(state_kind, notify_kind, args, pool_size=pool_size) as stack:
             await fill(stack, jobs)
             if args.analyze:
                 await stack.analyze()

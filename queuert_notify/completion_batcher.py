@@ -63,9 +63,9 @@ class CompletionBatcher:
         future: asyncio.Future[CompletionResult] = asyncio.get_running_loop().create_future()
         self._queue.append((completion, future))
         self._ready.set()
-        # Shielded: a caller cancelled while its batch is in flight must not cancel the
-        # write for every other job in the batch.
-        return await asyncio.shield(future)
+        # A caller cancelled meanwhile cancels only its own future: its completion stays
+        # in the batch and the write goes on for every job in it.
+        return await future
 
     async def _run(self) -> None:
         try:

@@ -18,7 +18,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Mapping
-from contextlib import suppress
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -68,7 +68,10 @@ class _Run:
     lease_token: str
     leased_until: datetime | None
     task: asyncio.Task[None] | None = None
-    handler_task: asyncio.Task[Any] | None = None
+    in_handler: bool = False
+    """While the handler runs (in ``task``): a lost lease cancels ``task`` only then."""
+    cancelled: bool = False
+    """The worker cancelled the handler (see :meth:`Worker._lose`)."""
     lost_reason: str | None = None
     abandoned: bool = False
     holds_slot: bool = True
@@ -244,7 +247,7 @@ class Worker:
         current = asyncio.current_task()
         if current is self._run_task:
             return True
-        return any(current in (r.task, r.handler_task) for r in self._runs.values())
+        return any(current is r.task for r in self._runs.values())
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until ``stop()``. With ``handle_signals`` in the main thread, SIGTERM and
@@ -254,6 +257,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         installed = self._install_signal_handlers(loop) if handle_signals else []
         subscriptions: list[Unsubscribe] = []
+        held = AsyncExitStack()
         self._batcher = CompletionBatcher(
             self.client.state,
             self.client.flush,
@@ -263,6 +267,11 @@ class Worker:
         try:
             await self.client.connect()
             self._check_pool_size()
+            # Optional (the SQL adapter has it): claims and completions on connections
+            # kept out of the pool while the worker runs.
+            holding = getattr(self.client.state, "holding_connections", None)
+            if holding is not None:
+                await held.enter_async_context(holding())
             try:
                 subscriptions.extend(await self._subscribe())
             except Exception as exc:
@@ -309,6 +318,7 @@ class Worker:
                 except Exception:
                     logger.warning("unsubscribe failed on worker stop", exc_info=True)
             await self._batcher.close()
+            await held.aclose()
             if self._watchdog is not None:
                 await self._watchdog.close()
             # Completions committed in handler sessions publish from after-commit tasks.
@@ -324,12 +334,14 @@ class Worker:
         size = getattr(getattr(engine, "pool", None), "size", None)
         if self.mode != "atomic" or not callable(size):
             return
-        wanted = self.concurrency + 2
+        # A session per handler, the two connections claims and completions keep, and two
+        # for the rest (reaping, renewals, failures).
+        wanted = self.concurrency + 4
         if size() < wanted:
             # Connections beyond the pool are opened and closed per use, which costs more
             # than the job itself when every handler writes through ctx.session.
             logger.info(
-                "the engine's pool (pool_size=%s) is smaller than concurrency + 2 = %s; "
+                "the engine's pool (pool_size=%s) is smaller than concurrency + 4 = %s; "
                 "handlers that use ctx.session will open a connection per job. "
                 "Pass create_async_engine(..., pool_size=%s).",
                 size(),
@@ -650,7 +662,6 @@ class Worker:
             on_lease_renewed=lambda until: setattr(run, "leased_until", until),
         )
         self._emit("started", job)
-        run.handler_task = asyncio.create_task(self._call_handler(job, ctx))
         unsubscribe: Unsubscribe | None = None
         try:
             try:
@@ -664,15 +675,13 @@ class Worker:
                     exc_info=True,
                     extra=_job_extra(job, self.worker_id),
                 )
-            await self._await_handler(run)
-            await self._finish(run, ctx)
+            result, error = await self._run_handler(run, ctx)
+            await self._finish(run, ctx, result, error)
         finally:
-            if not run.handler_task.done():
-                run.handler_task.cancel()
-                await asyncio.gather(run.handler_task, return_exceptions=True)
-            for check in list(run.checks):
-                check.cancel()
-            await asyncio.gather(*run.checks, return_exceptions=True)
+            if run.checks:
+                for check in list(run.checks):
+                    check.cancel()
+                await asyncio.gather(*run.checks, return_exceptions=True)
             session = ctx.opened_session
             if session is not None:
                 # Shielded so a cancelled run still returns its connection to the pool.
@@ -693,16 +702,31 @@ class Worker:
                 raise _HandlerTimeout(self.handler_timeout) from None
             raise  # the handler's own TimeoutError
 
-    async def _await_handler(self, run: _Run) -> None:
-        """Wait until the handler has finished, however it finished (its lease is renewed
-        meanwhile by :meth:`_renew_leases`)."""
-        assert run.handler_task is not None
+    async def _run_handler(self, run: _Run, ctx: JobContext) -> tuple[Any, BaseException | None]:
+        """Run the handler in this task (its lease is renewed meanwhile by
+        :meth:`_renew_leases`): ``(output, None)``, or ``(None, what it raised)``. A cancel
+        from :meth:`_lose` ends it with ``CancelledError``; a cancel of the run from
+        anywhere else propagates."""
+        if run.lost_reason is not None:  # lost before it started
+            return None, asyncio.CancelledError()
+        run.in_handler = True
         try:
-            await run.handler_task
-        except BaseException:
+            return await self._call_handler(run.job, ctx), None
+        except asyncio.CancelledError as exc:
             current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # the run itself is cancelled, not only its handler
+            if not run.cancelled and current is not None and current.cancelling():
+                raise
+            return None, exc
+        except Exception as exc:
+            return None, exc
+        finally:
+            run.in_handler = False
+            if run.cancelled:
+                # Settle the cancel request, consumed by the handler or not, so the rest
+                # of the run (writing the outcome) is not cancelled too.
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
 
     async def _renew_leases(self) -> None:
         """Renew the lease of every running handler once a third of it has passed: one
@@ -713,13 +737,7 @@ class Worker:
         while True:
             await asyncio.sleep(tick)
             now = loop.time()
-            due = [
-                run
-                for run in self._runs.values()
-                if run.renew_at <= now
-                and run.handler_task is not None
-                and not run.handler_task.done()
-            ]
+            due = [run for run in self._runs.values() if run.in_handler and run.renew_at <= now]
             if due:
                 await asyncio.gather(*(self._renew(run) for run in due))
 
@@ -754,7 +772,7 @@ class Worker:
     def _check_ownership(self, run: _Run) -> None:
         """An ownership-lost notification is a hint too (it may be stale or forged):
         confirm with a fenced renewal before cancelling."""
-        if run.lost_reason is not None or (run.handler_task and run.handler_task.done()):
+        if run.lost_reason is not None or not run.in_handler:
             return
         check = asyncio.create_task(self._confirm_loss(run))
         run.checks.add(check)
@@ -777,8 +795,9 @@ class Worker:
     def _lose(self, run: _Run, reason: str) -> None:
         if run.lost_reason is None:
             run.lost_reason = reason
-        if run.handler_task is not None and not run.handler_task.done():
-            run.handler_task.cancel()
+        if run.in_handler and not run.cancelled and run.task is not None:
+            run.cancelled = True
+            run.task.cancel()
 
     def _cancel_handlers(self, reason: str) -> None:
         """Abandon running jobs: they keep their lease until it expires, then run again."""
@@ -786,10 +805,11 @@ class Worker:
             run.abandoned = True
             self._lose(run, reason)
 
-    async def _finish(self, run: _Run, ctx: JobContext) -> None:
+    async def _finish(
+        self, run: _Run, ctx: JobContext, result: Any, exc: BaseException | None
+    ) -> None:
         """Write the outcome of a finished handler: completion, retry or failure."""
         job = run.job
-        assert run.handler_task is not None
         if run.abandoned:
             logger.warning(
                 "worker stopped before the handler finished; the job runs again once its "
@@ -798,7 +818,7 @@ class Worker:
             )
             self._emit("abandoned", job, error=run.lost_reason)
             return
-        if run.lost_reason is not None or run.handler_task.cancelled():
+        if run.lost_reason is not None or isinstance(exc, asyncio.CancelledError):
             reason = run.lost_reason or "handler cancelled"
             logger.warning(
                 "job ownership lost; handler cancelled",
@@ -806,9 +826,7 @@ class Worker:
             )
             self._emit("ownership_lost", job, error=reason)
             return
-        exc = run.handler_task.exception()
         if exc is None:
-            result = run.handler_task.result()
             try:
                 completion = self._completion(run, result)
             except InvalidInputError as invalid:

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -39,6 +39,7 @@ from queuert_notify.errors import (
 from queuert_notify.hooks import NotificationBuffer
 from state_adapters import dialects
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
+from state_adapters.connection_lanes import ConnectionLanes
 from state_adapters.ids import new_id
 from state_adapters.protocol import (
     ChainRecord,
@@ -57,7 +58,7 @@ from state_adapters.schema import (
     WORKER_ID_LENGTH,
     make_tables,
 )
-from state_adapters.statements import Statements
+from state_adapters.statements import JOB_FIELDS, Statements
 
 if TYPE_CHECKING:
     CallerSession = AsyncSession | AsyncConnection | None
@@ -129,6 +130,7 @@ class SqlAlchemyStateAdapter:
         self._sql = Statements(self.tables, postgres=self._postgres)
         self._reader = dialects.reader(engine)
         self._single_writer = dialects.single_writer(engine)
+        self._lanes = ConnectionLanes(self._single_writer)
 
     # -- schema ------------------------------------------------------------------------
 
@@ -288,6 +290,15 @@ class SqlAlchemyStateAdapter:
 
     # -- acquisition and leases --------------------------------------------------------
 
+    def holding_connections(self) -> AbstractAsyncContextManager[None]:
+        """While this is open, :meth:`acquire` and :meth:`complete_jobs` (outside a
+        caller's transaction) reuse up to two connections kept out of the pool instead
+        of checking one out per call, which costs about as much as the claim itself.
+        A :class:`~queuert_notify.Worker` holds them while it runs; size the pool for
+        them (``pool_size`` >= concurrency + 4 with atomic handlers that use
+        ``ctx.session``)."""
+        return self._lanes.holding()
+
     async def acquire(
         self,
         type_names: Sequence[str],
@@ -313,9 +324,9 @@ class SqlAlchemyStateAdapter:
             "b_worker_id": worker_id,
             "b_leased_until": now + timedelta(seconds=lease_seconds),
         }
-        async with self._single_writer.begin() as conn:
-            rows = (await conn.execute(self._sql.claim, params)).mappings().all()
-        jobs = [_job_record(row) for row in rows]
+        async with self._lanes.connection() as conn, conn.begin():
+            rows = (await conn.execute(self._sql.claim, params)).all()
+        jobs = [JobRecord(*row) for row in rows]
         jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
         return jobs
 
@@ -379,7 +390,7 @@ class SqlAlchemyStateAdapter:
             # finished chain has dependents to unblock (or a deadlock was detected).
             staged = NotificationBuffer()
             try:
-                async with self._single_writer.connect() as conn:
+                async with self._lanes.connection() as conn, conn.begin():
                     results = await self._complete(conn, staged, completions, alone=True)
             except DBAPIError as exc:
                 if not (dialects.needs_transaction(exc) or dialects.is_retryable(exc)):
@@ -447,10 +458,13 @@ class SqlAlchemyStateAdapter:
         )
         done: dict[str, JobRecord] = {}
         finalized: list[tuple[str, bool]] = []
-        for row in result.mappings():
-            done[row["id"]] = _job_record(row)
-            if row["finalized_id"] is not None:
-                finalized.append((row["finalized_id"], bool(row["has_dependents"])))
+        for row in result:
+            # The job's columns, then the chain it made final and whether jobs wait on it.
+            record = JobRecord(*row[:_JOB_WIDTH])
+            done[record.id] = record
+            finalized_id, has_dependents = row[_JOB_WIDTH : _JOB_WIDTH + 2]
+            if finalized_id is not None:
+                finalized.append((finalized_id, bool(has_dependents)))
         return done, finalized
 
     async def _complete_step_by_step(
@@ -467,7 +481,7 @@ class SqlAlchemyStateAdapter:
             ],
             now,
         )
-        done = {row["id"]: _job_record(row) for row in (await conn.execute(*statement)).mappings()}
+        done = {row.id: JobRecord(*row) for row in await conn.execute(*statement)}
         rows = []
         for next_job in next_jobs:
             row = dict(next_job)
@@ -833,11 +847,11 @@ async def _caller_connection(session: AsyncSession | AsyncConnection) -> AsyncCo
 
 # -- records -----------------------------------------------------------------------------
 
-_JOB_FIELDS = tuple(JobRecord.__dataclass_fields__)
+_JOB_WIDTH = len(JOB_FIELDS)
 
 
 def _job_record(row: RowMapping) -> JobRecord:
-    return JobRecord(*(row[name] for name in _JOB_FIELDS))
+    return JobRecord(*(row[name] for name in JOB_FIELDS))
 
 
 def _chain_record(row: RowMapping) -> ChainRecord:

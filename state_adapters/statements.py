@@ -44,9 +44,11 @@ from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.types import TypeEngine
 
 from state_adapters import dialects
+from state_adapters.protocol import JobRecord
 from state_adapters.schema import Tables, UtcDateTime, json_type
 
 UNFINISHED_STATUSES = ("blocked", "pending", "running")
+JOB_FIELDS = tuple(JobRecord.__dataclass_fields__)
 _JSON = json_type()
 _JSONB = JSONB()
 
@@ -71,7 +73,8 @@ class Statements:
         self.tables = tables
         self.postgres = postgres
         jobs, chains = tables.jobs, tables.chains
-        self.job_columns = [c for c in jobs.c if c.name != "blockers_pending"]
+        # In the order of JobRecord's fields: a row of them is a JobRecord's arguments.
+        self.job_columns = [jobs.c[name] for name in JOB_FIELDS]
         self.chain_columns = [
             chains.c.type_name.label("chain_type_name"),
             chains.c.created_at.label("chain_created_at"),

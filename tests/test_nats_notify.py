@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import nats
@@ -17,25 +17,15 @@ from nats.js.api import StorageType
 from queuert_notify import ConfigurationError, InvalidInputError, NatsNotifyAdapter
 from queuert_notify.notify.nats import MAX_PAYLOAD_BYTES, default_bucket, hint_key, subject_name
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
-from tests.queue_helpers import other_tasks
+from tests.queue_helpers import delete_nats_bucket, other_tasks
 from tests.services import OwnServer, free_port
-
-
-async def delete_bucket(url: str, bucket: str) -> None:
-    """Remove the hint bucket a test created (each test's prefix names its own)."""
-    nc = await nats.connect(url)
-    try:
-        with suppress(nats.js.errors.NotFoundError):
-            await nc.jetstream().delete_key_value(bucket)
-    finally:
-        await nc.close()
 
 
 @pytest.fixture
 async def bucket(nats_url: str, prefix: str) -> AsyncIterator[str]:
     """The default hint bucket of this test's prefix, deleted afterwards."""
     yield default_bucket(prefix)
-    await delete_bucket(nats_url, default_bucket(prefix))
+    await delete_nats_bucket(nats_url, default_bucket(prefix))
 
 
 class TestNatsNotifyAdapter(NotifyAdapterConformance):
@@ -102,7 +92,7 @@ async def test_a_deleted_bucket_is_created_again_by_the_next_provide(
 ) -> None:
     async with NatsNotifyAdapter(nats_url, prefix=prefix) as adapter:
         await adapter.provide_wake_hint("t", 1)
-        await delete_bucket(nats_url, bucket)
+        await delete_nats_bucket(nats_url, bucket)
         assert await adapter.consume_wake_hint("t") is True, "no budget: wake"
         await adapter.provide_wake_hint("t", 1)
         assert await adapter.consume_wake_hint("t") is True
@@ -140,7 +130,7 @@ async def test_a_named_bucket_is_used_as_given(nats_url: str, prefix: str) -> No
         finally:
             await nc.close()
     finally:
-        await delete_bucket(nats_url, name)
+        await delete_nats_bucket(nats_url, name)
 
 
 async def test_malformed_payloads_from_strangers_are_ignored_and_counted(

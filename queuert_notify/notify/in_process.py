@@ -9,6 +9,7 @@ from queuert_notify.errors import NotifyAdapterClosedError
 from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.protocol import (
     HINT_TTL_SECONDS,
+    ConnectOnEnter,
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
@@ -28,7 +29,7 @@ async def _nothing_to_undo() -> None:
     """The unsubscribe of a registration that holds nothing."""
 
 
-class InProcessNotifyAdapter:
+class InProcessNotifyAdapter(ConnectOnEnter):
     """Delivers every notification to the listeners of this adapter, in this process.
 
     Guarantees: a notification reaches every matching listener registered
@@ -56,13 +57,6 @@ class InProcessNotifyAdapter:
         self._closed = True
         self._budgets.clear()
         await self._listener.dispose()
-
-    async def __aenter__(self) -> InProcessNotifyAdapter:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def notify_job_scheduled(self, type_name: str) -> None:
         self._check_open()

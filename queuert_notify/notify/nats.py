@@ -20,7 +20,7 @@ import base64
 import logging
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import nats.errors
 import nats.js.errors
@@ -30,15 +30,11 @@ from nats.aio.subscription import Subscription
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from queuert_notify.errors import ConfigurationError, NotifyAdapterClosedError, mask_url
+from queuert_notify.errors import ConfigurationError, mask_url
+from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
-from queuert_notify.notify.payloads import check_count, decode_payload, encode_payload
-from queuert_notify.notify.protocol import (
-    HINT_TTL_SECONDS,
-    SignalCallback,
-    TypeNameCallback,
-    Unsubscribe,
-)
+from queuert_notify.notify.payloads import check_count, encode_payload
+from queuert_notify.notify.protocol import HINT_TTL_SECONDS
 from queuert_notify.notify.shared_listener import SharedListener
 
 logger = logging.getLogger(__name__)
@@ -69,7 +65,7 @@ def hint_key(type_name: str) -> str:
     return "b." + base64.urlsafe_b64encode(type_name.encode()).decode().rstrip("=")
 
 
-class NatsNotifyAdapter:
+class NatsNotifyAdapter(ChannelNotifyAdapter):
     """Notifications over NATS Core subjects; wake budgets in JetStream KV, changed by
     compare-and-swap on the entry revision.
 
@@ -104,6 +100,8 @@ class NatsNotifyAdapter:
     seconds): notifications are hints, so callers log and rely on polling.
     """
 
+    _ADAPTER_NAME = "NatsNotifyAdapter"
+
     def __init__(
         self,
         url: str,
@@ -124,37 +122,19 @@ class NatsNotifyAdapter:
                 f"NATS KV bucket name {bucket!r} is not allowed: use letters, digits, '_' or '-'"
             )
         self._servers = _servers(url)
-        self._address = ",".join(mask_url(server, user_is_secret=True) for server in self._servers)
-        self._prefix = prefix
+        super().__init__(
+            prefix=prefix,
+            address=",".join(mask_url(server, user_is_secret=True) for server in self._servers),
+            channel_name=subject_name,
+            listener=SharedListener(self._subscribe, self._unsubscribe),
+        )
         self._bucket = bucket
         self._timeout = timeout
         self._close_timeout = close_timeout
-        self._sched = subject_name(prefix, "sched")
-        self._chainc = subject_name(prefix, "chainc")
-        self._owls = subject_name(prefix, "owls")
-
         self._nc = Client()
         self._kv: KeyValue | None = None
         self._kv_lock = asyncio.Lock()
-        self._listener = SharedListener(self._subscribe, self._unsubscribe)
         self._subscriptions: dict[str, Subscription] = {}
-        self._reconnect_callbacks: dict[int, SignalCallback] = {}
-        self._next_callback_id = 0
-        self._connect_lock = asyncio.Lock()
-        self._connected = False
-        self._closed = False
-        self._ignored_messages = 0
-
-    @property
-    def ignored_messages(self) -> int:
-        """How many messages on our subjects were dropped as malformed (empty,
-        oversized, not UTF-8, holding NUL) since the adapter was created."""
-        return self._ignored_messages
-
-    @property
-    def prefix(self) -> str:
-        """The prefix of every subject this adapter uses."""
-        return self._prefix
 
     @property
     def kv_bucket(self) -> str:
@@ -233,50 +213,6 @@ class NatsNotifyAdapter:
                 "nats notify adapter close timed out",
                 extra={"address": self._address, "timeout": self._close_timeout},
             )
-
-    async def __aenter__(self) -> NatsNotifyAdapter:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    # -- notifications -------------------------------------------------------
-
-    async def notify_job_scheduled(self, type_name: str) -> None:
-        await self._publish([(self._sched, encode_payload("type name", type_name))])
-
-    async def listen_job_scheduled(
-        self, type_names: Sequence[str], callback: TypeNameCallback
-    ) -> Unsubscribe:
-        await self._ready()
-        return await self._listener.add(self._sched, type_names, callback)
-
-    async def notify_chain_completed(self, chain_id: str) -> None:
-        await self._publish([(self._chainc, encode_payload("chain id", chain_id))])
-
-    async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
-        await self._ready()
-        return await self._listener.add(self._chainc, [chain_id], callback)
-
-    async def notify_job_ownership_lost(self, job_id: str) -> None:
-        await self._publish([(self._owls, encode_payload("job id", job_id))])
-
-    async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
-        await self._ready()
-        return await self._listener.add(self._owls, [job_id], callback)
-
-    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
-        """Run ``callback`` after the connection was lost and restored: poll now."""
-        self._check_open()
-        callback_id = self._next_callback_id
-        self._next_callback_id += 1
-        self._reconnect_callbacks[callback_id] = callback
-
-        async def unsubscribe() -> None:
-            self._reconnect_callbacks.pop(callback_id, None)
-
-        return unsubscribe
 
     # -- wake hints ------------------------------------------------------------
 
@@ -417,20 +353,7 @@ class NatsNotifyAdapter:
             await subscription.unsubscribe()
 
     async def _on_message(self, msg: Msg) -> None:
-        data = msg.data
-        payload = decode_payload(data)
-        if payload is None:
-            # Empty, oversized or binary: a hint we cannot use. Count, never raise.
-            self._ignored_messages += 1
-            logger.debug(
-                "ignored a malformed notification",
-                extra={"subject": msg.subject, "size": len(data)},
-            )
-            return
-        if msg.subject == self._sched:
-            self._listener.dispatch(msg.subject, payload, payload)
-        else:
-            self._listener.dispatch(msg.subject, payload)
+        self._deliver(msg.subject, msg.data)
 
     # -- connection events -----------------------------------------------------
 
@@ -450,8 +373,7 @@ class NatsNotifyAdapter:
         # The client has re-subscribed every subject by now; messages published
         # while it was away are gone.
         logger.info("nats connection restored", extra={"address": self._address})
-        for callback in list(self._reconnect_callbacks.values()):
-            self._listener.run_callback(callback)
+        self._fire_reconnect()
 
     # -- helpers -----------------------------------------------------------------
 
@@ -470,21 +392,9 @@ class NatsNotifyAdapter:
         if not self._nc.is_connected:
             raise nats.errors.ConnectionReconnectingError()
 
-    async def _ready(self) -> None:
-        self._check_open()
-        if not self._connected:
-            await self.connect()
-
     @property
     def _log(self) -> dict[str, str]:
         return {"address": self._address, "prefix": self._prefix}
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise NotifyAdapterClosedError(
-                f"this NatsNotifyAdapter ({self._address}, prefix {self._prefix!r}) is closed; "
-                "create a new adapter"
-            )
 
 
 def _servers(url: str) -> list[str]:

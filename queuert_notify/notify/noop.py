@@ -6,14 +6,19 @@ from collections.abc import Mapping, Sequence
 
 from queuert_notify.errors import NotifyAdapterClosedError
 from queuert_notify.notify.payloads import check_count
-from queuert_notify.notify.protocol import SignalCallback, TypeNameCallback, Unsubscribe
+from queuert_notify.notify.protocol import (
+    ConnectOnEnter,
+    SignalCallback,
+    TypeNameCallback,
+    Unsubscribe,
+)
 
 
 async def _nothing_to_undo() -> None:
     """The unsubscribe of a registration that holds nothing."""
 
 
-class NoopNotifyAdapter:
+class NoopNotifyAdapter(ConnectOnEnter):
     """Publishes nowhere and never calls a listener; every wake hint is granted.
 
     Guarantees: every call succeeds while open and costs nothing;
@@ -33,13 +38,6 @@ class NoopNotifyAdapter:
     async def close(self) -> None:
         """Idempotent."""
         self._closed = True
-
-    async def __aenter__(self) -> NoopNotifyAdapter:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def notify_job_scheduled(self, type_name: str) -> None:
         self._check_open()

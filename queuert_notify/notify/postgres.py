@@ -20,7 +20,7 @@ import asyncio
 import logging
 import random
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -30,10 +30,10 @@ from sqlalchemy import Engine, text
 from sqlalchemy.ext.asyncio import AsyncConnection as SaAsyncConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from queuert_notify.errors import ConfigurationError, NotifyAdapterClosedError
+from queuert_notify.errors import ConfigurationError
+from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
-from queuert_notify.notify.payloads import check_count, decode_payload, encode_payload
-from queuert_notify.notify.protocol import SignalCallback, TypeNameCallback, Unsubscribe
+from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.shared_listener import SharedListener
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def channel_name(prefix: str, kind: str) -> str:
     return f"{prefix}_{kind}"
 
 
-class PostgresNotifyAdapter:
+class PostgresNotifyAdapter(ChannelNotifyAdapter):
     """Notifications over Postgres LISTEN/NOTIFY; wake hints are no-ops.
 
     Guarantees:
@@ -101,6 +101,8 @@ class PostgresNotifyAdapter:
     rely on polling.
     """
 
+    _ADAPTER_NAME = "PostgresNotifyAdapter"
+
     def __init__(
         self,
         dsn_or_engine: str | AsyncEngine | Engine,
@@ -119,15 +121,14 @@ class PostgresNotifyAdapter:
                 f"{_MAX_CHANNEL_BYTES} bytes, so keep the prefix within {_MAX_CHANNEL_BYTES - 7}"
             )
         self._conninfo = _conninfo(dsn_or_engine)
-        self._address = _describe(self._conninfo)
-        self._prefix = prefix
+        super().__init__(
+            prefix=prefix,
+            address=_describe(self._conninfo),
+            channel_name=channel_name,
+            listener=SharedListener(self._subscribe, self._unsubscribe),
+        )
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
-        self._sched = channel_name(prefix, "sched")
-        self._chainc = channel_name(prefix, "chainc")
-        self._owls = channel_name(prefix, "owls")
-
-        self._listener = SharedListener(self._subscribe, self._unsubscribe)
         self._publisher: psycopg.AsyncConnection[Any] | None = None
         self._publisher_lock = asyncio.Lock()
         # The LISTEN connection and its reader; changed only under _listen_lock.
@@ -135,23 +136,6 @@ class PostgresNotifyAdapter:
         self._listen_lock = asyncio.Lock()
         self._reader: asyncio.Task[None] | None = None
         self._recovery: asyncio.Task[None] | None = None
-        self._reconnect_callbacks: dict[int, SignalCallback] = {}
-        self._next_callback_id = 0
-        self._connect_lock = asyncio.Lock()
-        self._connected = False
-        self._closed = False
-        self._ignored_messages = 0
-
-    @property
-    def ignored_messages(self) -> int:
-        """How many notifications on our channels were dropped as malformed (empty or
-        oversized) since the adapter was created."""
-        return self._ignored_messages
-
-    @property
-    def prefix(self) -> str:
-        """The prefix of every channel this adapter uses."""
-        return self._prefix
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -201,50 +185,6 @@ class PostgresNotifyAdapter:
                 "postgres notify adapter close timed out",
                 extra={"address": self._address, "timeout": self._close_timeout},
             )
-
-    async def __aenter__(self) -> PostgresNotifyAdapter:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    # -- notifications -------------------------------------------------------
-
-    async def notify_job_scheduled(self, type_name: str) -> None:
-        await self._publish([(self._sched, encode_payload("type name", type_name))])
-
-    async def listen_job_scheduled(
-        self, type_names: Sequence[str], callback: TypeNameCallback
-    ) -> Unsubscribe:
-        await self._ready()
-        return await self._listener.add(self._sched, type_names, callback)
-
-    async def notify_chain_completed(self, chain_id: str) -> None:
-        await self._publish([(self._chainc, encode_payload("chain id", chain_id))])
-
-    async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
-        await self._ready()
-        return await self._listener.add(self._chainc, [chain_id], callback)
-
-    async def notify_job_ownership_lost(self, job_id: str) -> None:
-        await self._publish([(self._owls, encode_payload("job id", job_id))])
-
-    async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
-        await self._ready()
-        return await self._listener.add(self._owls, [job_id], callback)
-
-    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
-        """Run ``callback`` after the LISTEN connection was lost and restored: poll now."""
-        self._check_open()
-        callback_id = self._next_callback_id
-        self._next_callback_id += 1
-        self._reconnect_callbacks[callback_id] = callback
-
-        async def unsubscribe() -> None:
-            self._reconnect_callbacks.pop(callback_id, None)
-
-        return unsubscribe
 
     async def notify_in_transaction(
         self,
@@ -475,22 +415,7 @@ class PostgresNotifyAdapter:
             await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
             backoff = min(backoff * 2, _BACKOFF_MAX)
         logger.info("postgres listener restored", extra=self._log)
-        for callback in list(self._reconnect_callbacks.values()):
-            self._listener.run_callback(callback)
-
-    def _deliver(self, channel: str, data: str) -> None:
-        payload = decode_payload(data)
-        if payload is None:
-            # Empty or oversized: a hint we cannot use. Count, never raise.
-            self._ignored_messages += 1
-            logger.debug(
-                "ignored a malformed notification", extra={"channel": channel, "size": len(data)}
-            )
-            return
-        if channel == self._sched:
-            self._listener.dispatch(channel, payload, payload)
-        else:
-            self._listener.dispatch(channel, payload)
+        self._fire_reconnect()
 
     # -- helpers -----------------------------------------------------------------
 
@@ -509,18 +434,6 @@ class PostgresNotifyAdapter:
                 make_conninfo(self._conninfo, **extra),
                 autocommit=True,
                 connect_timeout=max(1, round(self._connect_timeout)),
-            )
-
-    async def _ready(self) -> None:
-        self._check_open()
-        if not self._connected:
-            await self.connect()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise NotifyAdapterClosedError(
-                f"this PostgresNotifyAdapter ({self._address}, prefix {self._prefix!r}) is "
-                "closed; create a new adapter"
             )
 
     @property

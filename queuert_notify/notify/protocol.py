@@ -7,8 +7,9 @@ or malformed notification may cost latency, never a job.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 Unsubscribe = Callable[[], Awaitable[None]]
 """Removes one registration. Idempotent, and safe to call after ``close()``."""
@@ -21,6 +22,24 @@ SignalCallback = Callable[[], object]
 
 HINT_TTL_SECONDS = 60
 """A wake budget expires this long after the last ``provide_wake_hint``."""
+
+
+class ConnectOnEnter(ABC):
+    """The adapters' ``async with``: entering connects, leaving closes (also when the
+    body raised)."""
+
+    @abstractmethod
+    async def connect(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
 
 @runtime_checkable

@@ -30,16 +30,17 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from queuert_notify.errors import ConfigurationError, NotifyAdapterClosedError, mask_url
+from queuert_notify.errors import ConfigurationError, mask_url
+from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
 from queuert_notify.notify.payloads import (
     check_count,
-    decode_payload,
     decode_text,
     encode_payload,
 )
 from queuert_notify.notify.protocol import (
     HINT_TTL_SECONDS,
+    ConnectOnEnter,
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
@@ -81,7 +82,7 @@ def hint_key(prefix: str, type_name: str) -> str:
     return f"{prefix}:hint:{type_name}"
 
 
-class RedisNotifyAdapter:
+class RedisNotifyAdapter(ConnectOnEnter):
     """Notifications over Redis Pub/Sub; wake budgets in Redis keys, changed only by Lua.
 
     Guarantees:
@@ -111,9 +112,9 @@ class RedisNotifyAdapter:
     without connection attempts, while the subscriber knows the connection is
     lost): notifications are hints, so callers log and rely on polling.
 
-    Redis Cluster: pass ``cluster=True`` with the URL of any node, or a
-    caller-owned ``redis.asyncio.cluster.RedisCluster`` as ``client``. Every
-    method then delegates to
+    Every method delegates to :class:`RedisServerTransport`, or, for Redis
+    Cluster (``cluster=True`` with the URL of any node, or a caller-owned
+    ``redis.asyncio.cluster.RedisCluster`` as ``client``), to
     :class:`~queuert_notify.notify.redis_cluster.RedisClusterTransport`
     (sharded Pub/Sub, hash-tagged keys; its docstring has the wire layout).
     """
@@ -137,64 +138,123 @@ class RedisNotifyAdapter:
             raise ConfigurationError(
                 f"Redis prefix {prefix!r} is not allowed: use letters, digits, '_', '.' or '-'"
             )
-        self._prefix = prefix
-        # -- cluster mode: every public method delegates to this transport ----------
-        self._cluster: RedisClusterTransport | None = None
+        transport: type[RedisServerTransport | RedisClusterTransport] = RedisServerTransport
         if cluster or isinstance(client, RedisCluster):
             from queuert_notify.notify.redis_cluster import RedisClusterTransport
 
-            self._cluster = RedisClusterTransport(
-                url,
-                client=client,
-                prefix=prefix,
-                connect_timeout=connect_timeout,
-                close_timeout=close_timeout,
-            )
-            return
-        # -- single server -----------------------------------------------------------
-        self._connect_timeout = connect_timeout
-        self._close_timeout = close_timeout
-        if url is not None:
-            self._address = mask_url(url)
-            self._commands, subscriber_pool = _clients_for_url(url, self._address)
-        else:
-            self._address, self._commands, subscriber_pool = _clients_for_caller(client)
-        self._owns_commands = url is not None
-        self._subscriber = Redis.from_pool(subscriber_pool)
-        self._pubsub: PubSub = self._subscriber.pubsub()
-
-        self._sched = channel_name(prefix, "sched")
-        self._chainc = channel_name(prefix, "chainc")
-        self._owls = channel_name(prefix, "owls")
-        self._provide_script = self._commands.register_script(_PROVIDE_WAKE_HINT)
-        self._consume_script = self._commands.register_script(_CONSUME_WAKE_HINT)
-        self._schedule_script = self._commands.register_script(_NOTIFY_JOBS_SCHEDULED)
-
-        self._listener = SharedListener(self._subscribe, self._unsubscribe)
-        # Futures of our own SUBSCRIBE/UNSUBSCRIBE calls, resolved by the reader
-        # when Redis confirms them; keyed by (confirmation kind, channel).
-        self._confirmations: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
-        self._reconnect_callbacks: dict[int, SignalCallback] = {}
-        self._next_callback_id = 0
-        self._reader: asyncio.Task[None] | None = None
-        self._connect_lock = asyncio.Lock()
-        self._connected = False
-        self._lost = False  # the reader lost the subscriber connection, not yet restored
-        self._closed = False
-        self._ignored_messages = 0
+            transport = RedisClusterTransport
+        self._transport = transport(
+            url,
+            client=client,
+            prefix=prefix,
+            connect_timeout=connect_timeout,
+            close_timeout=close_timeout,
+        )
 
     @property
     def ignored_messages(self) -> int:
         """How many messages on our channels were dropped as malformed (empty,
         oversized, not UTF-8, holding NUL) since the adapter was created."""
-        if self._cluster is not None:
-            return self._cluster.ignored_messages
-        return self._ignored_messages
+        return self._transport.ignored_messages
 
     @property
     def prefix(self) -> str:
         """The prefix of every channel and key this adapter uses."""
-        return self._prefix
+        return self._transport.prefix
+
+    async def connect(self) -> None:
+        """Load the scripts and open the subscriber; idempotent.
+
+        Raises ConfigurationError naming the (password-masked) address when
+        Redis does not answer within ``connect_timeout``.
+        """
+        await self._transport.connect()
+
+    async def close(self) -> None:
+        """Stop the reader, drop every listener, close what the adapter opened; idempotent."""
+        await self._transport.close()
+
+    async def notify_job_scheduled(self, type_name: str) -> None:
+        await self._transport.notify_job_scheduled(type_name)
+
+    async def listen_job_scheduled(
+        self, type_names: Sequence[str], callback: TypeNameCallback
+    ) -> Unsubscribe:
+        return await self._transport.listen_job_scheduled(type_names, callback)
+
+    async def notify_chain_completed(self, chain_id: str) -> None:
+        await self._transport.notify_chain_completed(chain_id)
+
+    async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
+        return await self._transport.listen_chain_completed(chain_id, callback)
+
+    async def notify_job_ownership_lost(self, job_id: str) -> None:
+        await self._transport.notify_job_ownership_lost(job_id)
+
+    async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
+        return await self._transport.listen_job_ownership_lost(job_id, callback)
+
+    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
+        """Run ``callback`` whenever the subscription was lost or restored: poll now."""
+        return self._transport.on_reconnect(callback)
+
+    async def provide_wake_hint(self, type_name: str, count: int) -> None:
+        """Add ``count`` to the budget (INCRBY + EXPIRE 60 s, atomically); 0 is a no-op."""
+        await self._transport.provide_wake_hint(type_name, count)
+
+    async def consume_wake_hint(self, type_name: str) -> bool:
+        """Take one unit; True when taken or when no budget exists, False when exhausted."""
+        return await self._transport.consume_wake_hint(type_name)
+
+    async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
+        """Provide every budget, then publish every type name: one round trip (one
+        script per hash slot, all sent at once, on a cluster). Types with a count of 0
+        are skipped."""
+        await self._transport.notify_jobs_scheduled(counts)
+
+
+class RedisServerTransport(ChannelNotifyAdapter):
+    """The single-server half of ``RedisNotifyAdapter``: Pub/Sub on one server (or a
+    replica set behind one address), wake budgets in plain keys. Each public method
+    keeps the promise of the same method of ``RedisNotifyAdapter``.
+
+    Built by ``RedisNotifyAdapter``, which has checked ``prefix`` and that exactly
+    one of ``url`` and ``client`` is given.
+    """
+
+    _ADAPTER_NAME = "RedisNotifyAdapter"
+
+    def __init__(
+        self,
+        url: str | None,
+        client: object,
+        *,
+        prefix: str,
+        connect_timeout: float,
+        close_timeout: float,
+    ) -> None:
+        address, self._commands, subscriber_pool = (
+            _clients_for_url(url) if url is not None else _clients_for_caller(client)
+        )
+        super().__init__(
+            prefix=prefix,
+            address=address,
+            channel_name=channel_name,
+            listener=SharedListener(self._subscribe, self._unsubscribe),
+        )
+        self._connect_timeout = connect_timeout
+        self._close_timeout = close_timeout
+        self._owns_commands = url is not None
+        self._subscriber = Redis.from_pool(subscriber_pool)
+        self._pubsub: PubSub = self._subscriber.pubsub()
+        self._provide_script = self._commands.register_script(_PROVIDE_WAKE_HINT)
+        self._consume_script = self._commands.register_script(_CONSUME_WAKE_HINT)
+        self._schedule_script = self._commands.register_script(_NOTIFY_JOBS_SCHEDULED)
+        # Futures of our own SUBSCRIBE/UNSUBSCRIBE calls, resolved by the reader
+        # when Redis confirms them; keyed by (confirmation kind, channel).
+        self._confirmations: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._lost = False  # the reader lost the subscriber connection, not yet restored
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -204,9 +264,6 @@ class RedisNotifyAdapter:
         Raises ConfigurationError naming the (password-masked) address when
         Redis does not answer within ``connect_timeout``.
         """
-        if self._cluster is not None:
-            await self._cluster.connect()
-            return
         self._check_open()
         async with self._connect_lock:
             if self._connected:
@@ -230,9 +287,6 @@ class RedisNotifyAdapter:
 
     async def close(self) -> None:
         """Stop the reader, drop every listener, close what the adapter opened; idempotent."""
-        if self._cluster is not None:
-            await self._cluster.close()
-            return
         if self._closed:
             return
         self._closed = True
@@ -255,77 +309,17 @@ class RedisNotifyAdapter:
                 extra={"address": self._address, "timeout": self._close_timeout},
             )
 
-    async def __aenter__(self) -> RedisNotifyAdapter:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
     # -- notifications -------------------------------------------------------
 
-    async def notify_job_scheduled(self, type_name: str) -> None:
-        if self._cluster is not None:
-            await self._cluster.notify_job_scheduled(type_name)
-            return
+    async def _publish(self, messages: list[tuple[str, str]]) -> None:
         await self._ready_to_send()
-        await self._commands.publish(self._sched, encode_payload("type name", type_name))
-
-    async def listen_job_scheduled(
-        self, type_names: Sequence[str], callback: TypeNameCallback
-    ) -> Unsubscribe:
-        if self._cluster is not None:
-            return await self._cluster.listen_job_scheduled(type_names, callback)
-        await self._ready()
-        return await self._listener.add(self._sched, type_names, callback)
-
-    async def notify_chain_completed(self, chain_id: str) -> None:
-        if self._cluster is not None:
-            await self._cluster.notify_chain_completed(chain_id)
-            return
-        await self._ready_to_send()
-        await self._commands.publish(self._chainc, encode_payload("chain id", chain_id))
-
-    async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
-        if self._cluster is not None:
-            return await self._cluster.listen_chain_completed(chain_id, callback)
-        await self._ready()
-        return await self._listener.add(self._chainc, [chain_id], callback)
-
-    async def notify_job_ownership_lost(self, job_id: str) -> None:
-        if self._cluster is not None:
-            await self._cluster.notify_job_ownership_lost(job_id)
-            return
-        await self._ready_to_send()
-        await self._commands.publish(self._owls, encode_payload("job id", job_id))
-
-    async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
-        if self._cluster is not None:
-            return await self._cluster.listen_job_ownership_lost(job_id, callback)
-        await self._ready()
-        return await self._listener.add(self._owls, [job_id], callback)
-
-    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
-        """Run ``callback`` whenever the subscription was lost or restored: poll now."""
-        if self._cluster is not None:
-            return self._cluster.on_reconnect(callback)
-        self._check_open()
-        callback_id = self._next_callback_id
-        self._next_callback_id += 1
-        self._reconnect_callbacks[callback_id] = callback
-
-        async def unsubscribe() -> None:
-            self._reconnect_callbacks.pop(callback_id, None)
-
-        return unsubscribe
+        for channel, payload in messages:
+            await self._commands.publish(channel, payload)
 
     # -- wake hints ------------------------------------------------------------
 
     async def provide_wake_hint(self, type_name: str, count: int) -> None:
         """Add ``count`` to the budget (INCRBY + EXPIRE 60 s, atomically); 0 is a no-op."""
-        if self._cluster is not None:
-            await self._cluster.provide_wake_hint(type_name, count)
-            return
         check_count(count)
         key = hint_key(self._prefix, encode_payload("type name", type_name))
         await self._ready_to_send()
@@ -336,8 +330,6 @@ class RedisNotifyAdapter:
 
     async def consume_wake_hint(self, type_name: str) -> bool:
         """Take one unit; True when taken or when no budget exists, False when exhausted."""
-        if self._cluster is not None:
-            return await self._cluster.consume_wake_hint(type_name)
         key = hint_key(self._prefix, encode_payload("type name", type_name))
         await self._ready_to_send()
         taken = await self._consume_script(keys=[key])
@@ -348,9 +340,6 @@ class RedisNotifyAdapter:
 
         Types with a count of 0 are skipped (no new jobs, nothing to announce).
         """
-        if self._cluster is not None:
-            await self._cluster.notify_jobs_scheduled(counts)
-            return
         # Every name and count is checked before anything is sent.
         scheduled = {
             encode_payload("type name", name): count
@@ -439,31 +428,7 @@ class RedisNotifyAdapter:
                 logger.info("redis subscriptions restored", extra={"address": self._address})
                 self._fire_reconnect()
 
-    def _deliver(self, channel: str, data: object) -> None:
-        payload = decode_payload(data)
-        if payload is None:
-            # Empty, oversized, binary or foreign: a hint we cannot use. Count, never raise.
-            self._ignored_messages += 1
-            size = len(data) if isinstance(data, bytes | str) else None
-            logger.debug(
-                "ignored a malformed notification", extra={"channel": channel, "size": size}
-            )
-            return
-        if channel == self._sched:
-            self._listener.dispatch(channel, payload, payload)
-        else:
-            self._listener.dispatch(channel, payload)
-
-    def _fire_reconnect(self) -> None:
-        for callback in list(self._reconnect_callbacks.values()):
-            self._listener.run_callback(callback)
-
     # -- helpers -----------------------------------------------------------------
-
-    async def _ready(self) -> None:
-        self._check_open()
-        if not self._connected:
-            await self.connect()
 
     async def _ready_to_send(self) -> None:
         await self._ready()
@@ -474,13 +439,6 @@ class RedisNotifyAdapter:
                 f"Redis at {self._address} is unreachable; the subscriber is reconnecting"
             )
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise NotifyAdapterClosedError(
-                f"this RedisNotifyAdapter ({self._address}, prefix {self._prefix!r}) is closed; "
-                "create a new adapter"
-            )
-
     async def _release_connections(self) -> None:
         """Close the subscriber (always ours) and the command client only if ours."""
         await self._pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -489,8 +447,10 @@ class RedisNotifyAdapter:
             await self._commands.aclose()
 
 
-def _clients_for_url(url: str, address: str) -> tuple[Redis, ConnectionPool]:
-    """The command client and the subscriber pool the adapter opens (and closes) itself."""
+def _clients_for_url(url: str) -> tuple[str, Redis, ConnectionPool]:
+    """The (password-masked) address of ``url``, the command client and the subscriber
+    pool the adapter opens (and closes) itself."""
+    address = mask_url(url)
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     if scheme not in _SCHEMES:
         raise ConfigurationError(
@@ -503,7 +463,7 @@ def _clients_for_url(url: str, address: str) -> tuple[Redis, ConnectionPool]:
         )
     except ValueError as exc:
         raise ConfigurationError(f"invalid Redis URL {address!r}: {exc}") from exc
-    return commands, subscriber_pool
+    return address, commands, subscriber_pool
 
 
 def _clients_for_caller(client: object) -> tuple[str, Redis, ConnectionPool]:

@@ -28,21 +28,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException, RedisError
 
-from queuert_notify.errors import ConfigurationError, NotifyAdapterClosedError, mask_url
-from queuert_notify.notify.payloads import check_count, decode_payload, encode_payload
-from queuert_notify.notify.protocol import (
-    HINT_TTL_SECONDS,
-    SignalCallback,
-    TypeNameCallback,
-    Unsubscribe,
-)
+from queuert_notify.errors import ConfigurationError, mask_url
+from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
+from queuert_notify.notify.payloads import check_count, encode_payload
+from queuert_notify.notify.protocol import HINT_TTL_SECONDS
 from queuert_notify.notify.redis import _CONSUME_WAKE_HINT, _PROVIDE_WAKE_HINT, _lua, _retry
 from queuert_notify.notify.sharded_subscriber import ShardedSubscriber
 from queuert_notify.notify.shared_listener import SharedListener
@@ -57,10 +53,19 @@ def cluster_name(prefix: str, kind: str, value: str) -> str:
     """The key or shard channel of ``kind`` (``sched``, ``chainc``, ``owls``, ``hint``)
     for one type, chain or job: hash-tagged by ``value`` so every name of one value
     shares a slot."""
+    return _kind_prefix(prefix, kind) + _hash_tag(value)
+
+
+def _kind_prefix(prefix: str, kind: str) -> str:
+    """What every name of ``kind`` starts with."""
+    return f"{prefix}:{kind}:"
+
+
+def _hash_tag(value: str) -> str:
     if value and "}" not in value:
-        return f"{prefix}:{kind}:{{{value}}}"
+        return f"{{{value}}}"
     digest = hashlib.blake2b(value.encode(), digest_size=8).hexdigest()
-    return f"{prefix}:{kind}:{{#{digest}}}:{value}"
+    return f"{{#{digest}}}:{value}"
 
 
 def cluster_hint_key(prefix: str, type_name: str) -> str:
@@ -68,7 +73,7 @@ def cluster_hint_key(prefix: str, type_name: str) -> str:
     return cluster_name(prefix, "hint", type_name)
 
 
-class RedisClusterTransport:
+class RedisClusterTransport(ChannelNotifyAdapter):
     """Notifications over sharded Pub/Sub (SPUBLISH/SSUBSCRIBE) on a Redis Cluster; wake
     budgets in hash-tagged keys, changed only by Lua. Each public method keeps the
     promise of the same method of :class:`~queuert_notify.notify.protocol.NotifyAdapter`.
@@ -89,6 +94,8 @@ class RedisClusterTransport:
       every channel is subscribed again).
     """
 
+    _ADAPTER_NAME = "RedisNotifyAdapter"
+
     def __init__(
         self,
         url: str | None = None,
@@ -99,10 +106,10 @@ class RedisClusterTransport:
         close_timeout: float = 5.0,
     ) -> None:
         if url is not None:
-            self._address = mask_url(url)
-            self._commands = _cluster_for_url(url, self._address)
+            address = mask_url(url)
+            self._commands = _cluster_for_url(url, address)
         elif isinstance(client, RedisCluster):
-            self._address = _describe_cluster(client)
+            address = _describe_cluster(client)
             self._commands = client
         else:
             raise ConfigurationError(
@@ -110,10 +117,8 @@ class RedisClusterTransport:
                 f"client=<redis.asyncio.cluster.RedisCluster>, not {type(client).__name__}"
             )
         self._owns_commands = url is not None
-        self._prefix = prefix
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
-        self._sched_prefix = f"{prefix}:sched:"
         self._provide_script = self._commands.register_script(_PROVIDE_WAKE_HINT)
         self._consume_script = self._commands.register_script(_CONSUME_WAKE_HINT)
         self._schedule_script = self._commands.register_script(_NOTIFY_JOBS_SCHEDULED_SHARDED)
@@ -123,22 +128,12 @@ class RedisClusterTransport:
             self._fire_reconnect,
             confirm_timeout=connect_timeout,
         )
-        self._listener = SharedListener(self._subscriber.subscribe, self._subscriber.unsubscribe)
-        self._reconnect_callbacks: dict[int, SignalCallback] = {}
-        self._next_callback_id = 0
-        self._connect_lock = asyncio.Lock()
-        self._connected = False
-        self._closed = False
-        self._ignored_messages = 0
-
-    @property
-    def ignored_messages(self) -> int:
-        """Messages on our channels dropped as malformed (empty, oversized, not UTF-8)."""
-        return self._ignored_messages
-
-    @property
-    def prefix(self) -> str:
-        return self._prefix
+        super().__init__(
+            prefix=prefix,
+            address=address,
+            channel_name=_kind_prefix,
+            listener=SharedListener(self._subscriber.subscribe, self._subscriber.unsubscribe),
+        )
 
     @property
     def subscriber_nodes(self) -> list[str]:
@@ -196,58 +191,6 @@ class RedisClusterTransport:
                 extra={"address": self._address, "timeout": self._close_timeout},
             )
 
-    # -- notifications -------------------------------------------------------
-
-    async def notify_job_scheduled(self, type_name: str) -> None:
-        await self._publish("sched", "type name", type_name)
-
-    async def listen_job_scheduled(
-        self, type_names: Sequence[str], callback: TypeNameCallback
-    ) -> Unsubscribe:
-        await self._ready()
-        unsubscribes: list[Unsubscribe] = []
-        try:
-            for type_name in dict.fromkeys(type_names):
-                channel = cluster_name(self._prefix, "sched", type_name)
-                unsubscribes.append(await self._listener.add(channel, [type_name], callback))
-        except BaseException:
-            for unsubscribe in unsubscribes:
-                await unsubscribe()
-            raise
-
-        async def unsubscribe_all() -> None:
-            for unsubscribe in unsubscribes:
-                await unsubscribe()
-
-        return unsubscribe_all
-
-    async def notify_chain_completed(self, chain_id: str) -> None:
-        await self._publish("chainc", "chain id", chain_id)
-
-    async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
-        await self._ready()
-        channel = cluster_name(self._prefix, "chainc", chain_id)
-        return await self._listener.add(channel, [chain_id], callback)
-
-    async def notify_job_ownership_lost(self, job_id: str) -> None:
-        await self._publish("owls", "job id", job_id)
-
-    async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
-        await self._ready()
-        channel = cluster_name(self._prefix, "owls", job_id)
-        return await self._listener.add(channel, [job_id], callback)
-
-    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
-        self._check_open()
-        callback_id = self._next_callback_id
-        self._next_callback_id += 1
-        self._reconnect_callbacks[callback_id] = callback
-
-        async def unsubscribe() -> None:
-            self._reconnect_callbacks.pop(callback_id, None)
-
-        return unsubscribe
-
     # -- wake hints ------------------------------------------------------------
 
     async def provide_wake_hint(self, type_name: str, count: int) -> None:
@@ -280,8 +223,7 @@ class RedisClusterTransport:
             key = cluster_hint_key(self._prefix, type_name)
             keys, args = by_slot.setdefault(key_slot(key.encode()), ([], [HINT_TTL_SECONDS]))
             keys.append(key)
-            channel = cluster_name(self._prefix, "sched", type_name)
-            args += [channel, type_name, count]
+            args += [self._channel(self._sched, type_name), type_name, count]
         results = await asyncio.gather(
             *(self._schedule_script(keys=keys, args=args) for keys, args in by_slot.values()),
             return_exceptions=True,
@@ -293,43 +235,14 @@ class RedisClusterTransport:
 
     # -- delivery --------------------------------------------------------------
 
-    async def _publish(self, kind: str, what: str, value: str) -> None:
-        payload = encode_payload(what, value)
+    def _channel(self, base: str, value: str) -> str:
+        """A channel per type, chain or job, hash-tagged by ``value`` (see :func:`cluster_name`)."""
+        return base + _hash_tag(value)
+
+    async def _publish(self, messages: list[tuple[str, str]]) -> None:
         await self._ready()
-        await self._commands.spublish(cluster_name(self._prefix, kind, value), payload)
-
-    def _deliver(self, channel: str, data: object) -> None:
-        payload = decode_payload(data)
-        if payload is None:
-            # Empty, oversized, binary or foreign: a hint we cannot use. Count, never raise.
-            self._ignored_messages += 1
-            size = len(data) if isinstance(data, bytes | str) else None
-            logger.debug(
-                "ignored a malformed notification", extra={"channel": channel, "size": size}
-            )
-            return
-        if channel.startswith(self._sched_prefix):
-            self._listener.dispatch(channel, payload, payload)
-        else:
-            self._listener.dispatch(channel, payload)
-
-    def _fire_reconnect(self) -> None:
-        for callback in list(self._reconnect_callbacks.values()):
-            self._listener.run_callback(callback)
-
-    # -- helpers -----------------------------------------------------------------
-
-    async def _ready(self) -> None:
-        self._check_open()
-        if not self._connected:
-            await self.connect()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise NotifyAdapterClosedError(
-                f"this RedisNotifyAdapter (Redis Cluster {self._address}, prefix "
-                f"{self._prefix!r}) is closed; create a new adapter"
-            )
+        for channel, payload in messages:
+            await self._commands.spublish(channel, payload)
 
 
 def _cluster_for_url(url: str, address: str) -> RedisCluster:

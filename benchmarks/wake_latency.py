@@ -9,7 +9,9 @@ rhythm with the worker's loop.
 
 The noop adapter has no notifications: its worker finds jobs only by polling,
 so it runs with ``--noop-poll-interval`` and ``--noop-samples`` (a 60 s poll
-would take hours); its latency is about half that poll interval.
+would take hours), and its gaps are drawn over a whole poll interval so jobs
+land at random points of the worker's polling cycle: its latency is about half
+that poll interval.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
     polling_only = notify_kind == "noop"
     samples = args.noop_samples if polling_only else args.samples
     poll_interval = args.noop_poll_interval if polling_only else args.poll_interval
+    # The next job follows the previous one's completion, and so does the polling
+    # worker's next poll: a short gap would always land just before that poll.
+    max_gap = args.min_gap + poll_interval if polling_only else args.max_gap
 
     async def one_round() -> runner.Figures:
         loop = asyncio.get_running_loop()
@@ -77,7 +82,7 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
             async with worker:
                 await asyncio.sleep(0.2)  # past the worker's first poll: it is asleep
                 for _ in range(samples):
-                    await asyncio.sleep(random.uniform(args.min_gap, args.max_gap))
+                    await asyncio.sleep(random.uniform(args.min_gap, max_gap))
                     chain = await stack.client.start_chain("bench-wake")
                     committed = time.perf_counter()
                     async with asyncio.timeout(poll_interval * 3 + 5):
@@ -101,9 +106,10 @@ async def run(args: argparse.Namespace) -> str:
         "Wake latency",
         [
             f"Medians over {args.rounds} alternating rounds of each round's percentiles; "
-            f"{args.samples} jobs per round (noop: {args.noop_samples}), random gaps "
-            f"{args.min_gap * 1000:g} to {args.max_gap * 1000:g} ms, poll interval "
-            f"{args.poll_interval:g} s:",
+            f"{args.samples} jobs per round, random gaps {args.min_gap * 1000:g} to "
+            f"{args.max_gap * 1000:g} ms, poll interval {args.poll_interval:g} s (noop: "
+            f"{args.noop_samples} jobs, poll interval {args.noop_poll_interval:g} s, gaps up "
+            "to a poll interval longer):",
             runner.table(rows, first_column="state + notify"),
         ],
         notes=[await stacks.server_notes(args), runner.machine_notes()],

@@ -7,10 +7,10 @@ import asyncio
 import nats.errors
 import pytest
 
-from queuert_notify import NatsNotifyAdapter
+from queuert_notify import ConfigurationError, NatsNotifyAdapter
 from queuert_notify.testing import Recorder
 from tests.queue_helpers import other_tasks
-from tests.services import OwnServer
+from tests.services import OwnServer, free_port
 
 
 async def test_after_a_server_restart_subscriptions_resume_and_on_reconnect_fires(
@@ -58,12 +58,14 @@ async def test_while_the_server_is_down_calls_fail_fast_and_close_leaves_no_task
     await adapter.listen_job_scheduled(["t"], Recorder())
     await asyncio.to_thread(private_nats.kill)
 
-    async with asyncio.timeout(5.0):
+    async with asyncio.timeout(15.0):
         while True:  # until the client has noticed; nothing to wait on but a failing call
             try:
                 await adapter.notify_chain_completed("c")
             except nats.errors.ConnectionReconnectingError:
                 break
+            except nats.errors.TimeoutError:
+                pass  # sent before the client noticed: its flush waited out the timeout
             await asyncio.sleep(0.05)
     # Said at once instead of queued: callers log and poll.
     loop = asyncio.get_running_loop()
@@ -82,3 +84,39 @@ async def test_while_the_server_is_down_calls_fail_fast_and_close_leaves_no_task
 
     assert loop.time() - started < 5.0
     assert other_tasks() == before
+
+
+async def test_while_no_server_was_ever_reached_every_call_fails_at_once_naming_the_address(
+    prefix: str,
+) -> None:
+    before = other_tasks()
+    url = f"nats://127.0.0.1:{free_port()}"  # nothing listens there: refused at once
+    adapter = NatsNotifyAdapter(url, prefix=prefix, timeout=5.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for call in (
+        adapter.connect,
+        lambda: adapter.notify_chain_completed("c"),
+        lambda: adapter.notify_jobs_scheduled({"t": 1}),
+        lambda: adapter.provide_wake_hint("t", 1),
+        lambda: adapter.consume_wake_hint("t"),
+        lambda: adapter.listen_job_scheduled(["t"], Recorder()),
+    ):
+        with pytest.raises(ConfigurationError, match=f"cannot reach NATS at {url}: ") as caught:
+            await call()
+        assert "no answer in time" not in str(caught.value), "the refusal is the reason"
+    # Six calls, each of which used to wait out the whole 5 s timeout.
+    assert loop.time() - started < 3.0
+    await adapter.close()
+    assert other_tasks() == before
+
+
+async def test_with_one_of_two_servers_down_connect_reaches_the_other(
+    private_nats: OwnServer, prefix: str
+) -> None:
+    down = f"nats://127.0.0.1:{free_port()}"
+    async with NatsNotifyAdapter(f"{down},{private_nats.url}", prefix=prefix) as adapter:
+        heard = Recorder()
+        await adapter.listen_chain_completed("c", heard)
+        await adapter.notify_chain_completed("c")
+        await heard.wait_for(1, within=5.0)

@@ -97,7 +97,10 @@ class NatsNotifyAdapter(ChannelNotifyAdapter):
     While the client is disconnected, ``notify_*``, hint calls and a ``listen_*``
     that needs a new subscription raise ``nats.errors.ConnectionReconnectingError``
     at once (a slow server: ``nats.errors.TimeoutError`` after ``timeout``
-    seconds): notifications are hints, so callers log and rely on polling.
+    seconds); while no server could be reached yet, every call raises
+    ``ConfigurationError`` as soon as each server refused once (a server that
+    does not answer: after ``timeout``). Notifications are hints, so callers log
+    and rely on polling.
     """
 
     _ADAPTER_NAME = "NatsNotifyAdapter"
@@ -135,6 +138,9 @@ class NatsNotifyAdapter(ChannelNotifyAdapter):
         self._kv: KeyValue | None = None
         self._kv_lock = asyncio.Lock()
         self._subscriptions: dict[str, Subscription] = {}
+        # What the servers answered while connect() runs (see _connect_client).
+        self._connect_errors: list[Exception] = []
+        self._every_server_failed = asyncio.Event()
 
     @property
     def kv_bucket(self) -> str:
@@ -151,8 +157,9 @@ class NatsNotifyAdapter(ChannelNotifyAdapter):
     async def connect(self) -> None:
         """Connect, detect JetStream and open (or create) the hint bucket; idempotent.
 
-        Raises ConfigurationError naming the (password-masked) address when no
-        server answers within ``timeout``.
+        Raises ConfigurationError naming the (password-masked) address as soon
+        as every server refused the connection, or when none answers within
+        ``timeout``.
         """
         self._check_open()
         async with self._connect_lock:
@@ -160,16 +167,7 @@ class NatsNotifyAdapter(ChannelNotifyAdapter):
                 return
             self._check_open()
             try:
-                async with asyncio.timeout(self._timeout):
-                    await self._nc.connect(
-                        servers=self._servers,
-                        name=f"queuert-notify {self._prefix}",
-                        max_reconnect_attempts=-1,  # the default gives up after ~2 minutes
-                        connect_timeout=max(1, round(self._timeout)),
-                        error_cb=self._on_error,
-                        disconnected_cb=self._on_disconnected,
-                        reconnected_cb=self._on_reconnected,
-                    )
+                await self._connect_client()
             except (nats.errors.Error, OSError, TimeoutError) as exc:
                 await self._nc.close()
                 reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
@@ -182,6 +180,40 @@ class NatsNotifyAdapter(ChannelNotifyAdapter):
                 await self._nc.close()
                 raise
             self._connected = True
+
+    async def _connect_client(self) -> None:
+        """Connect to any one server; raises the last error as soon as every server
+        failed once, TimeoutError after ``timeout``.
+
+        nats-py retries the first connect as often as a lost connection
+        (``max_reconnect_attempts=-1``: forever); without this, every call on an
+        adapter whose servers are all down would wait out the whole ``timeout``.
+        """
+        self._connect_errors = []
+        self._every_server_failed.clear()
+        self._nc = Client()  # a fresh client: a cancelled connect leaves one half-open
+        connecting = asyncio.ensure_future(
+            self._nc.connect(
+                servers=self._servers,
+                name=f"queuert-notify {self._prefix}",
+                max_reconnect_attempts=-1,  # the default gives up after ~2 minutes
+                connect_timeout=max(1, round(self._timeout)),
+                error_cb=self._on_error,
+                disconnected_cb=self._on_disconnected,
+                reconnected_cb=self._on_reconnected,
+            )
+        )
+        failed = asyncio.ensure_future(self._every_server_failed.wait())
+        try:
+            async with asyncio.timeout(self._timeout):
+                await asyncio.wait((connecting, failed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (connecting, failed):
+                task.cancel()
+            await asyncio.gather(connecting, failed, return_exceptions=True)
+        if connecting.cancelled():
+            raise self._connect_errors[-1]
+        connecting.result()
 
     async def close(self) -> None:
         """Drop every listener and close the connection; idempotent."""
@@ -358,15 +390,21 @@ class NatsNotifyAdapter(ChannelNotifyAdapter):
     # -- connection events -----------------------------------------------------
 
     async def _on_error(self, exc: Exception) -> None:
+        if not self._connected:
+            # connect() raises it (or the last one) in a ConfigurationError.
+            self._connect_errors.append(exc)
+            if len(self._connect_errors) >= len(self._servers):
+                self._every_server_failed.set()
         # While reconnecting every failed attempt reports here; the outage itself
         # was logged once by _on_disconnected.
-        level = logging.DEBUG if self._nc.is_reconnecting or self._closed else logging.WARNING
+        quiet = self._nc.is_reconnecting or self._closed or not self._connected
+        level = logging.DEBUG if quiet else logging.WARNING
         logger.log(
             level, "nats connection error", extra={"address": self._address, "error": repr(exc)}
         )
 
     async def _on_disconnected(self) -> None:
-        if not self._closed:
+        if self._connected and not self._closed:  # a failed connect() is not an outage
             logger.warning("nats connection lost; reconnecting", extra={"address": self._address})
 
     async def _on_reconnected(self) -> None:

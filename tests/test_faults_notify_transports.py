@@ -91,6 +91,11 @@ async def test_after_the_transport_breaks_an_idle_worker_polls_at_once_and_wakes
     async with client, worker_client, worker:
         restored = Recorder()
         worker_notify.on_reconnect(restored)
+        # Let the worker finish its start-up claims and fall asleep on its 60 s poll,
+        # so only the reconnect can run what is started during the outage.
+        warm_up = await client.start_chain("ping")
+        await client.await_chain(warm_up.id, timeout=5)
+        await asyncio.sleep(0.5)
         await transport.break_()
         during = await client.start_chain("ping")  # its wakeup is lost or refused
         if transport.outage:

@@ -49,6 +49,8 @@ HELP = "Redis round trips per committed transaction (1 and 3 job types) and per 
 
 _OWN_COMMANDS = frozenset({"echo", "info", "monitor"})
 """What the counting itself sends: left out of every count."""
+_LIFETIME = frozenset({"subscribe", "unsubscribe"})
+"""What a worker sends once in its life, not per job."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -209,11 +211,12 @@ async def _per_job(stack: stacks.Stack, log: _CommandLog, jobs: int) -> tuple[ru
     async with Worker(client, {"bench-drain": _noop}, on_event=on_event):
         async with asyncio.timeout(120):
             await done.wait()
-        await wait_for_notifications()
-        commands = await log.mark()
+    # Stopped: every completion's notification has gone out.
+    await wait_for_notifications()
+    commands = await log.mark()
     # The worker's lifetime subscriptions are not a cost per job.
-    sent = sum(1 for command in commands.sent if command != "subscribe")
-    executed = sum(count for name, count in commands.executed.items() if name != "subscribe")
+    sent = sum(1 for command in commands.sent if command not in _LIFETIME)
+    executed = sum(count for name, count in commands.executed.items() if name not in _LIFETIME)
     figures = {"Redis round trips": sent / jobs, "commands executed": executed / jobs}
     return figures, _summary(commands)
 

@@ -1,21 +1,32 @@
-"""Coalesces completions that finish close together into one ``complete_jobs`` call."""
+"""Coalesces completions that finish close together into one write."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from contextlib import suppress
+from typing import Any, TypeVar
 
 from queuert_notify.errors import JobOwnershipLostError
 from queuert_notify.hooks import NotificationBuffer
-from state_adapters.protocol import Completion, JobRecord, StateAdapter
+from state_adapters.protocol import Completion
 
 logger = logging.getLogger(__name__)
 
+CompletionResult = JobOwnershipLostError | None
+"""``None`` once the completion is written; the error for a stale lease token."""
+
+BatchWriter = Callable[
+    [list[Completion], NotificationBuffer], Awaitable[Sequence[CompletionResult]]
+]
+"""Writes completions in one transaction: a result per completion, in order."""
+
+T = TypeVar("T")
+
 _QUIET_TURNS = 2
 
-CompletionResult = JobRecord | JobOwnershipLostError
+_Pending = tuple[Completion, "asyncio.Future[CompletionResult]"]
 
 
 class CompletionBatcher:
@@ -23,11 +34,13 @@ class CompletionBatcher:
 
     Invariants: every submitted completion is written exactly once or its caller gets
     the error (a batch that fails fails all its callers, whose leases then expire and
-    are retried); at most one batch is in flight, so completions that arrive while one
-    is being written form the next batch (up to ``max_batch``); a batch's callers learn
-    its outcome as soon as it committed, and its notifications are published while the
-    next batch is written (one publish in flight); ``close()`` writes what is queued,
-    publishes, then stops the owned task.
+    are retried); a completion is written by the batcher's own task or, taken with
+    :meth:`take`, by the caller of :meth:`write_with`, never by both; at most one batch
+    of the batcher's own is in flight, so completions that arrive while one is being
+    written form the next batch (up to ``max_batch``); a batch's callers learn its
+    outcome as soon as it committed, and its notifications are published while the next
+    batch is written, in order; ``close()`` writes what is queued, publishes, then stops
+    the owned tasks.
 
     A batch starts once the completions that were ready have queued (the event loop
     ran the tasks that could run) and, with ``max_delay``, after that many seconds:
@@ -37,24 +50,24 @@ class CompletionBatcher:
 
     def __init__(
         self,
-        state: StateAdapter,
+        write: BatchWriter,
         flush: Callable[[NotificationBuffer], Coroutine[Any, Any, None]],
         *,
         max_batch: int = 100,
         max_delay: float = 0.0,
     ) -> None:
-        self._state = state
+        self._write = write
         self._flush = flush
         self._max_batch = max_batch
         self._max_delay = max_delay
-        self._queue: list[tuple[Completion, asyncio.Future[CompletionResult]]] = []
+        self._queue: list[_Pending] = []
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._publishing: asyncio.Task[None] | None = None
         self._closed = False
 
     async def complete(self, completion: Completion) -> CompletionResult:
-        """Write ``completion`` with the next batch; returns the completed job, or the
+        """Write ``completion`` with the next batch; returns ``None`` once written, or the
         ``JobOwnershipLostError`` for a stale lease token (nothing written for it)."""
         if self._closed:
             raise RuntimeError("the completion batcher is closed")
@@ -67,20 +80,40 @@ class CompletionBatcher:
         # in the batch and the write goes on for every job in it.
         return await future
 
-    async def _run(self) -> None:
+    def take(self) -> list[_Pending]:
+        """The queued completions (up to ``max_batch``), for :meth:`write_with`."""
+        taken, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+        return taken
+
+    async def write_with(
+        self,
+        taken: list[_Pending],
+        write: Callable[
+            [list[Completion], NotificationBuffer],
+            Awaitable[tuple[Sequence[CompletionResult], T]],
+        ],
+    ) -> T:
+        """Write completions from :meth:`take` with ``write``, which also does something
+        else in the same transaction and returns it (a claim)."""
+        notes = NotificationBuffer()
         try:
-            while True:
-                await self._ready.wait()
-                if not self._queue:
-                    if self._closed:
-                        return
-                    self._ready.clear()
-                    continue
-                await self._gather()
-                await self._write_batch()
-        finally:
-            if self._publishing is not None:
-                await self._publishing
+            results, other = await write([c for c, _ in taken], notes)
+        except BaseException as exc:
+            self._fail(taken, exc)
+            raise
+        self._settle(taken, results, notes)
+        return other
+
+    async def _run(self) -> None:
+        while True:
+            await self._ready.wait()
+            if not self._queue:
+                if self._closed:
+                    return
+                self._ready.clear()
+                continue
+            await self._gather()
+            await self._write_batch(self.take())
 
     async def _gather(self) -> None:
         """Let completions finishing together join the batch: yield to the event loop
@@ -94,35 +127,54 @@ class CompletionBatcher:
         if self._max_delay > 0 and len(self._queue) < self._max_batch and not self._closed:
             await asyncio.sleep(self._max_delay)
 
-    async def _write_batch(self) -> None:
-        batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+    async def _write_batch(self, batch: list[_Pending]) -> None:
+        if not batch:  # taken meanwhile by write_with
+            return
         notes = NotificationBuffer()
         try:
-            results = await self._state.complete_jobs([c for c, _ in batch], notes=notes)
+            results = await self._write([c for c, _ in batch], notes)
         except Exception as exc:
-            logger.warning(
-                "completing a batch of jobs failed; their leases will expire and they will "
-                "be retried",
-                exc_info=True,
-                extra={"job_ids": [c.job_id for c, _ in batch]},
-            )
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+            self._fail(batch, exc)
             return
+        self._settle(batch, results, notes)
+
+    def _fail(self, batch: list[_Pending], exc: BaseException) -> None:
+        logger.warning(
+            "completing a batch of jobs failed; their leases will expire and they will be retried",
+            exc_info=exc,
+            extra={"job_ids": [c.job_id for c, _ in batch]},
+        )
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(exc)
+
+    def _settle(
+        self, batch: list[_Pending], results: Sequence[CompletionResult], notes: NotificationBuffer
+    ) -> None:
         for (_, future), result in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(result)
-        # Committed: publish while the next batch is written, one publish at a time.
-        if self._publishing is not None:
-            await self._publishing
-        self._publishing = asyncio.create_task(self._flush(notes), name="queuert-batch-publish")
+        # Committed: publish after the previous batch's notifications, without holding
+        # up the next write.
+        self._publishing = asyncio.create_task(
+            self._publish_after(self._publishing, notes), name="queuert-batch-publish"
+        )
+
+    async def _publish_after(
+        self, previous: asyncio.Task[None] | None, notes: NotificationBuffer
+    ) -> None:
+        if previous is not None:
+            with suppress(Exception):
+                await previous
+        await self._flush(notes)
 
     async def close(self) -> None:
-        """Write every queued completion, then let the background task end."""
+        """Write every queued completion, publish, then let the background tasks end."""
         self._closed = True
-        if self._task is None:
-            return
-        self._ready.set()
-        await self._task
-        self._task = None
+        if self._task is not None:
+            self._ready.set()
+            await self._task
+            self._task = None
+        if self._publishing is not None:
+            await self._publishing
+            self._publishing = None

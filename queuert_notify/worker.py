@@ -17,14 +17,14 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from queuert_notify.client import Client
-from queuert_notify.completion_batcher import CompletionBatcher, CompletionResult
+from queuert_notify.completion_batcher import BatchWriter, CompletionBatcher, CompletionResult
 from queuert_notify.connection_loss import retry_on_connection_loss
 from queuert_notify.errors import (
     InvalidInputError,
@@ -259,7 +259,7 @@ class Worker:
         subscriptions: list[Unsubscribe] = []
         held = AsyncExitStack()
         self._batcher = CompletionBatcher(
-            self.client.state,
+            self._batch_writer(),
             self.client.flush,
             max_batch=self._batch_size,
             max_delay=self._linger,
@@ -523,16 +523,7 @@ class Worker:
                     # Not claiming (the wake budget says the jobs are taken) sleeps as
                     # after an empty claim: reap, then until the next due job.
                     claim = await self._should_claim()
-                    records = (
-                        await self.client.state.acquire(
-                            self.type_names,
-                            worker_id=self.worker_id,
-                            lease_seconds=self.lease,
-                            limit=free,
-                        )
-                        if claim
-                        else []
-                    )
+                    records = await self._claim(free) if claim else []
                     for record in records:
                         self._start(record)
                     self._claimed(records, free)
@@ -565,6 +556,56 @@ class Worker:
                 # The poll interval or the next due job; after a grace period, the
                 # re-check of _idle_timeout decides instead.
                 self._claim_now = not self._due_check
+
+    async def _claim(self, limit: int) -> list[JobRecord]:
+        """Claim up to ``limit`` jobs. Completions waiting to be written go along when
+        the state adapter says that is cheaper (``completes_with_claims``: SQLite, one
+        writer at a time); otherwise the batcher writes them while this claims."""
+        state = self.client.state
+        combined = getattr(state, "complete_and_acquire", None)
+        assert self._batcher is not None
+        merge = combined is not None and getattr(state, "completes_with_claims", False)
+        taken = self._batcher.take() if merge else []
+        if combined is None or not taken:
+            return await state.acquire(
+                self.type_names, worker_id=self.worker_id, lease_seconds=self.lease, limit=limit
+            )
+        complete_and_acquire: Callable[..., Awaitable[Any]] = combined
+        return await self._batcher.write_with(
+            taken,
+            lambda completions, notes: complete_and_acquire(
+                completions,
+                notes=notes,
+                type_names=self.type_names,
+                worker_id=self.worker_id,
+                lease_seconds=self.lease,
+                limit=limit,
+            ),
+        )
+
+    def _batch_writer(self) -> BatchWriter:
+        """How the batcher writes completions alone: with ``complete_and_acquire`` and no
+        claim when the state adapter has it (it reads back no job rows), else with
+        ``complete_jobs``."""
+        state = self.client.state
+        combined = getattr(state, "complete_and_acquire", None)
+
+        async def write(
+            completions: list[Completion], notes: NotificationBuffer
+        ) -> Sequence[CompletionResult]:
+            if combined is not None:
+                written, _ = await combined(
+                    completions,
+                    notes=notes,
+                    type_names=self.type_names,
+                    worker_id=self.worker_id,
+                    lease_seconds=self.lease,
+                    limit=0,
+                )
+                return list(written)
+            return [_lost_or_none(r) for r in await state.complete_jobs(completions, notes=notes)]
+
+        return write
 
     def _poll_timeout(self) -> float:
         return self.poll_interval * random.uniform(1 - self.jitter, 1 + self.jitter)
@@ -899,9 +940,9 @@ class Worker:
         if isinstance(outcome, JobOwnershipLostError):
             # The handler's writes must not outlive the lease they were made under.
             await session.rollback()
-        else:
-            await session.commit()
-        return outcome
+            return outcome
+        await session.commit()
+        return None
 
     async def _fail(self, run: _Run, ctx: JobContext, exc: BaseException) -> None:
         job = run.job
@@ -1029,6 +1070,10 @@ def _check_positive(
         bound = ">= 0" if allow_zero else "> 0"
         kind = "an int" if integer else "a number"
         raise InvalidInputError(f"{name} must be {kind} {bound}, got {value!r}")
+
+
+def _lost_or_none(outcome: object) -> CompletionResult:
+    return outcome if isinstance(outcome, JobOwnershipLostError) else None
 
 
 def _holds_work(session: AsyncSession) -> bool:

@@ -290,6 +290,17 @@ class SqlAlchemyStateAdapter:
 
     # -- acquisition and leases --------------------------------------------------------
 
+    @property
+    def completes_with_claims(self) -> bool:
+        """Whether a worker should hand the completions waiting to be written to its next
+        claim (:meth:`complete_and_acquire`) rather than write them alongside it.
+
+        SQLite runs one writer at a time: a transaction saved is time saved. On
+        Postgres the claim and the completions' write run at once on two connections,
+        and so on two cores, which is faster than one after the other.
+        """
+        return not self._postgres
+
     def holding_connections(self) -> AbstractAsyncContextManager[None]:
         """While this is open, :meth:`acquire` and :meth:`complete_jobs` (outside a
         caller's transaction) reuse up to two connections kept out of the pool instead
@@ -311,24 +322,12 @@ class SqlAlchemyStateAdapter:
         (priority, then scheduled_at, then id) in one statement; never hands one
         job to two callers. Each claim increments ``attempt`` and gets a fresh
         ``lease_token``."""
-        types = _check_type_names(type_names)
-        _check_worker_id(worker_id)
-        _check_positive(lease_seconds, "lease_seconds")
-        if not types or limit < 1:
+        claim = _claim_params(type_names, worker_id, lease_seconds, limit, _now())
+        if not claim["limit"]:
             return []
-        now = _now()
-        params = {
-            "type_names": types,
-            "now": now,
-            "limit": int(limit),
-            "b_worker_id": worker_id,
-            "b_leased_until": now + timedelta(seconds=lease_seconds),
-        }
         async with self._lanes.connection() as conn, conn.begin():
-            rows = (await conn.execute(self._sql.claim, params)).all()
-        jobs = [JobRecord(*row) for row in rows]
-        jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
-        return jobs
+            rows = (await conn.execute(self._sql.claim, claim)).all()
+        return _claimed([JobRecord(*row) for row in rows])
 
     async def next_due_at(self, type_names: Sequence[str]) -> datetime | None:
         """Earliest ``scheduled_at`` of a pending job of these types (possibly in the past)."""
@@ -378,27 +377,78 @@ class SqlAlchemyStateAdapter:
         ``continue_with`` creates the chain's next job; otherwise the chain
         completes and the jobs blocked on it are unblocked, all in this transaction.
         """
-        for completion in completions:
-            if completion.continue_with is not None:
-                _check_new_job(completion.continue_with.job)
-            else:
-                validation.check_json(completion.output, "output")
+        _check_completions(completions)
         if not completions:
             return []
-        if session is None and self._postgres:
-            # One round trip instead of BEGIN, the statement and COMMIT, unless a
-            # finished chain has dependents to unblock (or a deadlock was detected).
+        if session is None:
+            # On a held connection when a worker holds them. Postgres: one round trip
+            # instead of BEGIN, the statement and COMMIT, unless a finished chain has
+            # dependents to unblock (or a deadlock was detected): then a transaction.
             staged = NotificationBuffer()
             try:
                 async with self._lanes.connection() as conn, conn.begin():
-                    results = await self._complete(conn, staged, completions, alone=True)
+                    results, _ = await self._complete(
+                        conn, staged, completions, alone=self._postgres
+                    )
             except DBAPIError as exc:
                 if not (dialects.needs_transaction(exc) or dialects.is_retryable(exc)):
                     raise
             else:
                 notes.absorb(staged)
                 return results
-        return await self._write(session, notes, lambda c, n: self._complete(c, n, completions))
+        results, _ = await self._write(
+            session, notes, lambda c, n: self._complete(c, n, completions)
+        )
+        return results
+
+    async def complete_and_acquire(
+        self,
+        completions: Sequence[Completion],
+        *,
+        notes: NotificationBuffer,
+        type_names: Sequence[str],
+        worker_id: str,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[JobOwnershipLostError | None], list[JobRecord]]:
+        """:meth:`complete_jobs` then :meth:`acquire` on one connection: what a worker's
+        loop repeats, for a caller that only needs to know which completions held.
+
+        Per completion ``None`` when it was written, or the ``JobOwnershipLostError``
+        of a stale lease token, as :meth:`complete_jobs` decides (no job rows are read
+        back); then the claimed jobs (``limit`` 0 claims nothing), which may include
+        continuations the completions created. SQLite: one transaction. Postgres: the
+        completion's statement commits, then the claim's.
+        """
+        _check_completions(completions)
+        now = _now()
+        claim = _claim_params(type_names, worker_id, lease_seconds, limit, now)
+        if not completions:
+            return [], await self.acquire(
+                type_names, worker_id=worker_id, lease_seconds=lease_seconds, limit=limit
+            )
+        staged = NotificationBuffer()
+        try:
+            async with self._lanes.connection() as conn, conn.begin():
+                done, claimed = await self._complete(
+                    conn, staged, completions, now=now, alone=self._postgres, claim=claim
+                )
+        except DBAPIError as exc:
+            if not (dialects.needs_transaction(exc) or dialects.is_retryable(exc)):
+                raise
+            # A finished chain has dependents (or a deadlock): the completions in a
+            # transaction of their own, then the claim.
+            nothing = {**claim, "limit": 0}
+            done, _ = await self._write(
+                None, notes, lambda c, n: self._complete(c, n, completions, claim=nothing)
+            )
+            claimed = await self.acquire(
+                type_names, worker_id=worker_id, lease_seconds=lease_seconds, limit=limit
+            )
+        else:
+            notes.absorb(staged)
+        lost = [r if isinstance(r, JobOwnershipLostError) else None for r in done]
+        return lost, claimed
 
     async def _complete(
         self,
@@ -406,9 +456,14 @@ class SqlAlchemyStateAdapter:
         notes: NotificationBuffer,
         completions: Sequence[Completion],
         *,
+        now: datetime | None = None,
         alone: bool = False,
-    ) -> list[JobRecord | JobOwnershipLostError]:
-        now = _now()
+        claim: Mapping[str, Any] | None = None,
+    ) -> tuple[list[Any], list[JobRecord]]:
+        """Complete ``completions``: per completion the completed job (a ``JobRecord``;
+        with ``claim``, only its id and chain position) or a ``JobOwnershipLostError``;
+        with ``claim``, then claim as :meth:`acquire` with those parameters."""
+        now = now or _now()
         first: dict[str, Completion] = {}
         for completion in completions:
             first.setdefault(completion.job_id, completion)
@@ -419,17 +474,24 @@ class SqlAlchemyStateAdapter:
             for c in first.values()
             if c.continue_with is not None
         ]
+        records = claim is None
         if self._postgres:
             done, finalized = await self._complete_in_one_statement(
-                conn, first, next_jobs, now, alone=alone
+                conn, first, next_jobs, now, alone=alone, records=records
             )
         else:
-            done, finalized = await self._complete_step_by_step(conn, first, next_jobs, now)
+            done, finalized = await self._complete_step_by_step(
+                conn, first, next_jobs, now, records=records
+            )
         for row in next_jobs:
             if row["previous_id"] in done:
                 notes.job_scheduled(row["type_name"])
         await self._after_finalizing(conn, notes, finalized)
-        results: list[JobRecord | JobOwnershipLostError] = []
+        claimed: list[JobRecord] = []
+        if claim is not None and claim["limit"]:
+            rows = (await conn.execute(self._sql.claim, claim)).all()
+            claimed = [JobRecord(*row) for row in rows]
+        results: list[Any] = []
         seen: set[str] = set()
         for completion in completions:
             record = done.get(completion.job_id)
@@ -438,7 +500,7 @@ class SqlAlchemyStateAdapter:
             else:
                 results.append(record)
                 seen.add(completion.job_id)
-        return results
+        return results, _claimed(claimed)
 
     async def _complete_in_one_statement(
         self,
@@ -448,23 +510,23 @@ class SqlAlchemyStateAdapter:
         now: datetime,
         *,
         alone: bool,
-    ) -> tuple[dict[str, JobRecord], list[tuple[str, bool]]]:
+        records: bool,
+    ) -> tuple[dict[str, Any], list[tuple[str, bool]]]:
         completions = [
             (c.job_id, c.lease_token, None if c.continue_with else c.output, not c.continue_with)
             for c in first.values()
         ]
-        result = await conn.execute(
-            *self._sql.complete_in_one_statement(completions, next_jobs, now, alone=alone)
+        build = (
+            self._sql.complete_in_one_statement
+            if records
+            else self._sql.complete_ids_in_one_statement
         )
-        done: dict[str, JobRecord] = {}
+        done: dict[str, Any] = {}
         finalized: list[tuple[str, bool]] = []
-        for row in result:
+        for row in await conn.execute(*build(completions, next_jobs, now, alone=alone)):
             # The job's columns, then the chain it made final and whether jobs wait on it.
-            record = JobRecord(*row[:_JOB_WIDTH])
-            done[record.id] = record
-            finalized_id, has_dependents = row[_JOB_WIDTH : _JOB_WIDTH + 2]
-            if finalized_id is not None:
-                finalized.append((finalized_id, bool(has_dependents)))
+            done[row[0]] = JobRecord(*row[:_JOB_WIDTH]) if records else True
+            _note_final(finalized, *row[_JOB_WIDTH : _JOB_WIDTH + 2])
         return done, finalized
 
     async def _complete_step_by_step(
@@ -473,24 +535,29 @@ class SqlAlchemyStateAdapter:
         first: Mapping[str, Completion],
         next_jobs: Sequence[Mapping[str, Any]],
         now: datetime,
-    ) -> tuple[dict[str, JobRecord], list[tuple[str, bool]]]:
+        *,
+        records: bool,
+    ) -> tuple[dict[str, Any], list[tuple[str, bool]]]:
         statement = self._sql.complete_leased(
             [
                 (c.job_id, c.lease_token, None if c.continue_with else c.output)
                 for c in first.values()
             ],
             now,
+            records=records,
         )
-        done = {row.id: JobRecord(*row) for row in await conn.execute(*statement)}
-        rows = []
+        done: dict[str, Any] = {
+            row.id: JobRecord(*row) if records else row for row in await conn.execute(*statement)
+        }
+        created = []
         for next_job in next_jobs:
-            row = dict(next_job)
-            previous = done.get(row.pop("previous_id"))
+            new = dict(next_job)
+            previous = done.get(new.pop("previous_id"))
             if previous is not None:
-                row.update(chain_id=previous.chain_id, chain_index=previous.chain_index + 1)
-                rows.append(row)
-        if rows:
-            await conn.execute(self.tables.jobs.insert(), rows)
+                new.update(chain_id=previous.chain_id, chain_index=previous.chain_index + 1)
+                created.append(new)
+        if created:
+            await conn.execute(self.tables.jobs.insert(), created)
         finishing = [
             done[job_id].chain_id
             for job_id, c in first.items()
@@ -850,6 +917,35 @@ async def _caller_connection(session: AsyncSession | AsyncConnection) -> AsyncCo
 _JOB_WIDTH = len(JOB_FIELDS)
 
 
+def _claimed(jobs: list[JobRecord]) -> list[JobRecord]:
+    """Claimed jobs in claim order (a statement returns them in any order)."""
+    jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
+    return jobs
+
+
+def _note_final(
+    finalized: list[tuple[str, bool]], chain_id: str | None, has_dependents: bool | None
+) -> None:
+    if chain_id is not None:
+        finalized.append((chain_id, bool(has_dependents)))
+
+
+def _claim_params(
+    type_names: Sequence[str], worker_id: str, lease_seconds: float, limit: int, now: datetime
+) -> dict[str, Any]:
+    """The parameters of the claim statement (``limit`` 0 when there is nothing to claim)."""
+    types = _check_type_names(type_names)
+    _check_worker_id(worker_id)
+    _check_positive(lease_seconds, "lease_seconds")
+    return {
+        "type_names": types,
+        "now": now,
+        "limit": int(limit) if types and limit >= 1 else 0,
+        "b_worker_id": worker_id,
+        "b_leased_until": now + timedelta(seconds=lease_seconds),
+    }
+
+
 def _job_record(row: RowMapping) -> JobRecord:
     return JobRecord(*(row[name] for name in JOB_FIELDS))
 
@@ -963,6 +1059,14 @@ def _check_new_job(job: NewJob) -> None:
         not isinstance(job.run_at, datetime) or job.run_at.utcoffset() is None
     ):
         raise InvalidInputError("run_at must be a timezone-aware datetime (or None for now)")
+
+
+def _check_completions(completions: Sequence[Completion]) -> None:
+    for completion in completions:
+        if completion.continue_with is not None:
+            _check_new_job(completion.continue_with.job)
+        else:
+            validation.check_json(completion.output, "output")
 
 
 def _check_new_chain(chain: NewChain) -> None:

@@ -264,7 +264,8 @@ class Statements:
     def _claim(self) -> Update:
         """Mark the best eligible pending jobs running under a fresh lease, in one
         statement; the row locks (Postgres) or the write lock (SQLite) make every
-        job go to one claimer."""
+        job go to one claimer. Parameters: ``type_names``, ``now``, ``limit``,
+        ``b_worker_id``, ``b_leased_until``."""
         jobs = self.tables.jobs
         best = (
             select(jobs.c.id)
@@ -295,11 +296,12 @@ class Statements:
         )
 
     def complete_leased(
-        self, completions: Sequence[tuple[str, str, Any]], now: datetime
+        self, completions: Sequence[tuple[str, str, Any]], now: datetime, *, records: bool
     ) -> tuple[Update, dict[str, Any]]:
         """SQLite: complete each job whose lease token still matches, in one statement
         of fixed shape fed with one JSON document (so it compiles once, whatever the
-        batch size); returns the completed rows. (Postgres uses
+        batch size); returns the completed rows, whole with ``records`` or else
+        ``id``, ``chain_id`` and ``chain_index``. (Postgres uses
         :meth:`complete_in_one_statement`.)
 
         ``completions``: (job id, lease token, output); outputs are embedded as JSON
@@ -309,10 +311,20 @@ class Statements:
             {"id": job_id, "token": token, "output": json.dumps(output)}
             for job_id, token, output in completions
         ]
-        return self._complete_leased, {"batch": json.dumps(batch), "now": now}
+        statement = self._complete_leased if records else self._complete_leased_ids
+        return statement, {"batch": json.dumps(batch), "now": now}
 
     @cached_property
     def _complete_leased(self) -> Update:
+        return self._complete_leased_rows.returning(*self.job_columns)
+
+    @cached_property
+    def _complete_leased_ids(self) -> Update:
+        jobs = self.tables.jobs
+        return self._complete_leased_rows.returning(jobs.c.id, jobs.c.chain_id, jobs.c.chain_index)
+
+    @cached_property
+    def _complete_leased_rows(self) -> Update:
         jobs = self.tables.jobs
         given = func.json_each(bindparam("batch", type_=String())).table_valued(
             "value", name="given"
@@ -335,7 +347,6 @@ class Statements:
                 completed_at=bindparam("now", type_=UtcDateTime()),
                 leased_until=None,
             )
-            .returning(*self.job_columns)
         )
 
     def complete_in_one_statement(
@@ -381,14 +392,73 @@ class Statements:
         params = {"done": done, "follow": follow, "now": now, "alone": alone}
         return self._complete_in_one_statement, params
 
+    def complete_ids_in_one_statement(
+        self,
+        completions: Sequence[tuple[str, str, Any, bool]],
+        next_jobs: Sequence[Mapping[str, Any]],
+        now: datetime,
+        *,
+        alone: bool,
+    ) -> tuple[Any, dict[str, Any]]:
+        """:meth:`complete_in_one_statement` for a caller that only needs to know which
+        completions held: rows of the completed job's ``id`` (its other columns null,
+        so the row has the same places) and ``finalized_id``, ``has_dependents``."""
+        _, params = self.complete_in_one_statement(completions, next_jobs, now, alone=alone)
+        return self._complete_ids_in_one_statement, params
+
     @cached_property
     def _complete_in_one_statement(self) -> Any:
+        done, continued, final = self._completion_ctes(records=True)
+        return (
+            select(*(done.c[c.name] for c in self.job_columns), *self._finalization_columns(final))
+            .select_from(done.outerjoin(final, final.c.id == done.c.chain_id))
+            .add_cte(continued)
+        )
+
+    @cached_property
+    def _complete_ids_in_one_statement(self) -> Any:
+        done, continued, final = self._completion_ctes(records=False)
+        return (
+            select(
+                done.c.id,
+                *(null() for _ in self.job_columns[1:]),
+                *self._finalization_columns(final),
+            )
+            .select_from(done.outerjoin(final, final.c.id == done.c.chain_id))
+            .add_cte(continued)
+        )
+
+    def _finalization_columns(self, final: Any) -> list[ColumnElement[Any]]:
+        """The chain a completion made final, whether jobs wait on it, and the refusal
+        of a one-statement completion that must run in a transaction (see
+        :meth:`complete_in_one_statement`)."""
+        return [
+            final.c.id.label("finalized_id"),
+            final.c.has_dependents,
+            # An error raised from SQL rolls the whole statement back.
+            cast(
+                case(
+                    (
+                        and_(bindparam("alone", type_=Boolean()), final.c.has_dependents),
+                        literal(dialects.NEEDS_TRANSACTION),
+                    ),
+                    else_=null(),
+                ),
+                Integer(),
+            ).label("refused"),
+        ]
+
+    def _completion_ctes(self, *, records: bool) -> tuple[Any, Any, Any]:
+        """Postgres: the CTEs that complete the jobs (``done``, returning whole rows
+        with ``records`` or else what the other CTEs need), create continuations
+        (``continued``) and make finished chains final (``final``)."""
         t = self.tables
         jobs, chains = t.jobs, t.chains
         now = bindparam("now", type_=UtcDateTime())
         given = _json_records(
             "done", id=String(), token=String(), output=_JSONB, finishes=Boolean()
         )
+        returned = self.job_columns if records else [jobs.c.id, jobs.c.chain_id, jobs.c.chain_index]
         done = (
             update(jobs)
             .where(
@@ -397,7 +467,7 @@ class Statements:
                 jobs.c.status == "running",
             )
             .values(status="completed", output=given.c.output, completed_at=now, leased_until=None)
-            .returning(*self.job_columns, given.c.finishes)
+            .returning(*returned, given.c.finishes)
             .cte("done")
         )
         follow = _json_records(
@@ -448,26 +518,7 @@ class Statements:
             .returning(chains.c.id, chains.c.has_dependents)
             .cte("final")
         )
-        return (
-            select(
-                *(done.c[c.name] for c in self.job_columns),
-                final.c.id.label("finalized_id"),
-                final.c.has_dependents,
-                # An error raised from SQL rolls the whole statement back.
-                cast(
-                    case(
-                        (
-                            and_(bindparam("alone", type_=Boolean()), final.c.has_dependents),
-                            literal(dialects.NEEDS_TRANSACTION),
-                        ),
-                        else_=null(),
-                    ),
-                    Integer(),
-                ).label("refused"),
-            )
-            .select_from(done.outerjoin(final, final.c.id == done.c.chain_id))
-            .add_cte(continued)
-        )
+        return done, continued, final
 
     def fail_leased(
         self, job_id: str, lease_token: str, error: str, retry_at: ColumnElement[Any]

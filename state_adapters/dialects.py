@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import weakref
-from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
 from sqlalchemy import Select, event, func, select, text
@@ -160,18 +159,6 @@ def single_writer(engine: AsyncEngine) -> AsyncEngine:
     if is_postgres(engine):
         return engine.execution_options(isolation_level="AUTOCOMMIT")
     return engine
-
-
-def single_statement(writer: AsyncEngine) -> AbstractAsyncContextManager[AsyncConnection]:
-    """A connection of the :func:`single_writer` view for a write that is one statement.
-
-    Postgres: the view is autocommit, so no BEGIN or COMMIT call at all (each still
-    costs the driver and SQLAlchemy a few context switches: about a tenth of a
-    one-chain start). SQLite: a transaction begun ``IMMEDIATE`` and committed.
-    """
-    if is_postgres(writer):
-        return writer.connect()
-    return writer.begin()
 
 
 def insert_or_ignore(table: Any, postgres: bool) -> Any:

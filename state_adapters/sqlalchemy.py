@@ -171,7 +171,7 @@ class SqlAlchemyStateAdapter:
         if session is None and not any(c.dedup_key or c.blockers for c in chains):
             # Plain inserts: one statement on Postgres, run as its own transaction.
             staged = NotificationBuffer()
-            async with dialects.single_statement(self._single_writer) as conn:
+            async with self._single_writer.begin() as conn:
                 started = await self._start(conn, staged, chains)
             notes.absorb(staged)
             return started

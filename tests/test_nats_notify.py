@@ -28,6 +28,11 @@ async def bucket(nats_url: str, prefix: str) -> AsyncIterator[str]:
     await delete_nats_bucket(nats_url, default_bucket(prefix))
 
 
+# nats-server 2.9.10 (this CI's) now and then never delivers the first message another
+# connection publishes right after a subscription was confirmed (docs/reliability.md,
+# reproduced with bare nats-py). A lost hint costs latency in the product; here it would
+# fail a delivery assertion, so a failed case is run again, at most twice.
+@pytest.mark.flaky(reruns=2)
 class TestNatsNotifyAdapter(NotifyAdapterConformance):
     @pytest.fixture
     async def adapter(

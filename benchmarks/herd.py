@@ -47,9 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 _SETS_LEASED_BY = re.compile(r"\bleased_by\s*=\s*(%\(|\?|:)", re.IGNORECASE)
 
 
-def is_claim(statement: str, context: Any) -> bool:
+def is_claim(statement: str, parameters: Any) -> bool:
     """The claim of the SQLAlchemy state adapter: the only statement that sets
-    ``leased_by`` to a bound worker id (``state_adapters/statements.py``, ``_claim``)."""
+    ``leased_by`` to a bound worker id (``state_adapters/statements.py``, ``claim``)."""
     return _SETS_LEASED_BY.search(statement) is not None
 
 
@@ -78,11 +78,12 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
             claimers: dict[str, int] = {}
             all_claimed = asyncio.Event()  # every worker made its start-up claim
 
-            def claim(statement: str, context: Any) -> bool:
-                if not is_claim(statement, context):
+            def claim(statement: str, parameters: Any) -> bool:
+                if not is_claim(statement, parameters):
                     return False
                 # The claim binds the worker id: count who asked, not only how often.
-                for value in context.compiled_parameters[0].values():
+                values = parameters.values() if isinstance(parameters, dict) else parameters
+                for value in values:
                     if isinstance(value, str) and value in claimers:
                         claimers[value] += 1
                 if len(claimers) == args.workers and all(claimers.values()):

@@ -95,7 +95,7 @@ def label(state_kind: str, notify_kind: str) -> str:
 
 
 StatementPredicate = Callable[[str, Any], bool]
-"""``(sql text, SQLAlchemy execution context) -> counted?``"""
+"""``(sql text, the parameters sent with it) -> counted?``"""
 
 
 @dataclass
@@ -108,7 +108,7 @@ class StatementCounter:
     def __call__(
         self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
     ) -> None:
-        if self.matches(statement, context):
+        if self.matches(statement, parameters):
             self.count += 1
 
 
@@ -158,7 +158,7 @@ class Stack:
 
     def count_statements(self, matches: StatementPredicate) -> StatementCounter:
         """Count statements on this stack's engine (and its execution-option views)
-        for which ``matches(sql, context)`` is true."""
+        for which ``matches(sql, parameters)`` is true."""
         counter = StatementCounter(matches)
         event.listen(self.engine.sync_engine, "before_cursor_execute", counter)
         return counter

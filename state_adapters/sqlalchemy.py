@@ -39,6 +39,7 @@ from queuert_notify.errors import (
 from queuert_notify.hooks import NotificationBuffer
 from state_adapters import dialects
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
+from state_adapters.compiled import CompiledStatement
 from state_adapters.connection_lanes import ConnectionLanes
 from state_adapters.ids import new_id
 from state_adapters.protocol import (
@@ -131,6 +132,9 @@ class SqlAlchemyStateAdapter:
         self._reader = dialects.reader(engine)
         self._single_writer = dialects.single_writer(engine)
         self._lanes = ConnectionLanes(self._single_writer)
+        # What a worker repeats: compiled once (the claim once per number of types).
+        self._claims: dict[int, CompiledStatement] = {}
+        self._complete_ids = CompiledStatement(self._sql.complete_ids_statement, engine.dialect)
 
     # -- schema ------------------------------------------------------------------------
 
@@ -326,8 +330,16 @@ class SqlAlchemyStateAdapter:
         if not claim["limit"]:
             return []
         async with self._lanes.connection() as conn, conn.begin():
-            rows = (await conn.execute(self._sql.claim, claim)).all()
-        return _claimed([JobRecord(*row) for row in rows])
+            return await self._claim(conn, claim)
+
+    async def _claim(self, conn: AsyncConnection, claim: Mapping[str, Any]) -> list[JobRecord]:
+        """Run the claim statement with :func:`_claim_params`'s parameters."""
+        count = sum(1 for name in claim if name.startswith("type_"))
+        statement = self._claims.get(count)
+        if statement is None:
+            statement = CompiledStatement(self._sql.claim(count), self.engine.dialect)
+            self._claims[count] = statement
+        return _claimed([JobRecord(*row) for row in await statement.rows(conn, claim)])
 
     async def next_due_at(self, type_names: Sequence[str]) -> datetime | None:
         """Earliest ``scheduled_at`` of a pending job of these types (possibly in the past)."""
@@ -489,8 +501,7 @@ class SqlAlchemyStateAdapter:
         await self._after_finalizing(conn, notes, finalized)
         claimed: list[JobRecord] = []
         if claim is not None and claim["limit"]:
-            rows = (await conn.execute(self._sql.claim, claim)).all()
-            claimed = [JobRecord(*row) for row in rows]
+            claimed = await self._claim(conn, claim)
         results: list[Any] = []
         seen: set[str] = set()
         for completion in completions:
@@ -500,7 +511,7 @@ class SqlAlchemyStateAdapter:
             else:
                 results.append(record)
                 seen.add(completion.job_id)
-        return results, _claimed(claimed)
+        return results, claimed
 
     async def _complete_in_one_statement(
         self,
@@ -516,14 +527,17 @@ class SqlAlchemyStateAdapter:
             (c.job_id, c.lease_token, None if c.continue_with else c.output, not c.continue_with)
             for c in first.values()
         ]
-        build = (
-            self._sql.complete_in_one_statement
+        statement, params = self._sql.complete_in_one_statement(
+            completions, next_jobs, now, alone=alone
+        )
+        rows = (
+            await conn.execute(statement, params)
             if records
-            else self._sql.complete_ids_in_one_statement
+            else await self._complete_ids.rows(conn, params)
         )
         done: dict[str, Any] = {}
         finalized: list[tuple[str, bool]] = []
-        for row in await conn.execute(*build(completions, next_jobs, now, alone=alone)):
+        for row in rows:
             # The job's columns, then the chain it made final and whether jobs wait on it.
             done[row[0]] = JobRecord(*row[:_JOB_WIDTH]) if records else True
             _note_final(finalized, *row[_JOB_WIDTH : _JOB_WIDTH + 2])
@@ -938,7 +952,7 @@ def _claim_params(
     _check_worker_id(worker_id)
     _check_positive(lease_seconds, "lease_seconds")
     return {
-        "type_names": types,
+        **{f"type_{i}": name for i, name in enumerate(types)},
         "now": now,
         "limit": int(limit) if types and limit >= 1 else 0,
         "b_worker_id": worker_id,

@@ -106,7 +106,6 @@ class Statements:
             chains.c.id.in_(bindparam("chain_ids", expanding=True))
         )
         self.get_job = select(*self.job_columns).where(jobs.c.id == bindparam("job_id"))
-        self.claim = self._claim()
 
     # -- starting chains ---------------------------------------------------------------
 
@@ -261,17 +260,18 @@ class Statements:
 
     # -- acquisition and leases --------------------------------------------------------
 
-    def _claim(self) -> Update:
+    def claim(self, type_count: int) -> Update:
         """Mark the best eligible pending jobs running under a fresh lease, in one
         statement; the row locks (Postgres) or the write lock (SQLite) make every
-        job go to one claimer. Parameters: ``type_names``, ``now``, ``limit``,
-        ``b_worker_id``, ``b_leased_until``."""
+        job go to one claimer. Parameters: ``type_0`` to ``type_{type_count - 1}``
+        (the worker's type names: a list of fixed length, so the statement compiles
+        once per worker), ``now``, ``limit``, ``b_worker_id``, ``b_leased_until``."""
         jobs = self.tables.jobs
         best = (
             select(jobs.c.id)
             .where(
                 jobs.c.status == "pending",
-                jobs.c.type_name.in_(bindparam("type_names", expanding=True)),
+                jobs.c.type_name.in_([bindparam(f"type_{i}") for i in range(type_count)]),
                 # Read off the acquire index in claim order, never sorted from another.
                 dialects.without_index(jobs.c.scheduled_at, self.postgres)
                 <= bindparam("now", type_=UtcDateTime()),
@@ -392,20 +392,6 @@ class Statements:
         params = {"done": done, "follow": follow, "now": now, "alone": alone}
         return self._complete_in_one_statement, params
 
-    def complete_ids_in_one_statement(
-        self,
-        completions: Sequence[tuple[str, str, Any, bool]],
-        next_jobs: Sequence[Mapping[str, Any]],
-        now: datetime,
-        *,
-        alone: bool,
-    ) -> tuple[Any, dict[str, Any]]:
-        """:meth:`complete_in_one_statement` for a caller that only needs to know which
-        completions held: rows of the completed job's ``id`` (its other columns null,
-        so the row has the same places) and ``finalized_id``, ``has_dependents``."""
-        _, params = self.complete_in_one_statement(completions, next_jobs, now, alone=alone)
-        return self._complete_ids_in_one_statement, params
-
     @cached_property
     def _complete_in_one_statement(self) -> Any:
         done, continued, final = self._completion_ctes(records=True)
@@ -416,7 +402,11 @@ class Statements:
         )
 
     @cached_property
-    def _complete_ids_in_one_statement(self) -> Any:
+    def complete_ids_statement(self) -> Any:
+        """:meth:`complete_in_one_statement`'s statement for a caller that only needs to
+        know which completions held (same parameters): rows of the completed job's
+        ``id`` (its other columns null, so the row has the same places) and
+        ``finalized_id``, ``has_dependents``."""
         done, continued, final = self._completion_ctes(records=False)
         return (
             select(
@@ -464,7 +454,7 @@ class Statements:
             .where(
                 jobs.c.id == given.c.id,
                 jobs.c.lease_token == given.c.token,
-                jobs.c.status == "running",
+                dialects.status_by_key(jobs.c.status) == "running",
             )
             .values(status="completed", output=given.c.output, completed_at=now, leased_until=None)
             .returning(*returned, given.c.finishes)

@@ -78,6 +78,10 @@ class _Run:
     """Until its handler has finished; the completion is then written without it."""
     renew_at: float = 0.0
     """``loop.time()`` from which the lease renewer extends this run's lease."""
+    expires_at: float | None = None
+    """``loop.time()`` by which the lease has expired (``None``: unknown). The handler's
+    work is done by then, so writing its outcome is worth retrying until then rather
+    than running the handler again after a reap."""
     checks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -523,9 +527,10 @@ class Worker:
                     # Not claiming (the wake budget says the jobs are taken) sleeps as
                     # after an empty claim: reap, then until the next due job.
                     claim = await self._should_claim()
+                    claimed_at = asyncio.get_running_loop().time()
                     records = await self._claim(free) if claim else []
                     for record in records:
-                        self._start(record)
+                        self._start(record, claimed_at)
                     self._claimed(records, free)
                     if len(records) < free:
                         if await self._reap_if_due():
@@ -656,7 +661,7 @@ class Worker:
 
     # -- running one job -------------------------------------------------------------
 
-    def _start(self, record: JobRecord) -> None:
+    def _start(self, record: JobRecord, claimed_at: float) -> None:
         if record.lease_token is None:
             logger.error(
                 "acquired a job without a lease token; skipping it",
@@ -664,7 +669,9 @@ class Worker:
             )
             return
         run = _Run(Job.from_record(record), record.lease_token, record.leased_until)
-        run.renew_at = asyncio.get_running_loop().time() + self.lease / 3
+        run.renew_at = claimed_at + self.lease / 3
+        # The lease was granted after the claim was sent: it ends no earlier than this.
+        run.expires_at = None if record.leased_until is None else claimed_at + self.lease
         self._runs[run.lease_token] = run
         self._busy += 1
         run.task = asyncio.create_task(self._execute(run), name=f"queuert-job-{record.id}")
@@ -700,7 +707,7 @@ class Worker:
             session_factory=self._session_factory,
             no_session_reason=self._no_session_reason,
             on_progress=lambda progress: self._emit("progress", job, progress=progress),
-            on_lease_renewed=lambda until: setattr(run, "leased_until", until),
+            on_lease_renewed=lambda until: self._renewed(run, until),
         )
         self._emit("started", job)
         unsubscribe: Unsubscribe | None = None
@@ -784,10 +791,12 @@ class Worker:
 
     async def _renew(self, run: _Run) -> None:
         loop = asyncio.get_running_loop()
+        sent = loop.time()
         try:
             run.leased_until = await self.client.state.renew_lease(
                 run.job.id, run.lease_token, self.lease
             )
+            run.expires_at = sent + self.lease
             run.renew_at = loop.time() + self.lease / 3
         except JobOwnershipLostError:
             self._lose(run, "lease renewal refused")
@@ -801,14 +810,11 @@ class Worker:
                 self._lose(run, "lease expired while renewal kept failing")
             run.renew_at = loop.time() + min(self.lease / 3, 1.0)
 
-    def _lease_deadline(self, run: _Run) -> float | None:
-        """The ``loop.time()`` at which the run's lease expires (``None`` if unknown):
-        the handler's work is done, so writing its outcome is worth retrying until then
-        rather than running the handler again after a reap."""
-        if run.leased_until is None:
-            return None
-        left = (_aware(run.leased_until) - datetime.now(UTC)).total_seconds()
-        return asyncio.get_running_loop().time() + left
+    def _renewed(self, run: _Run, until: datetime) -> None:
+        """The handler renewed its lease itself (``ctx.heartbeat()``) up to ``until``."""
+        run.leased_until = until
+        left = (_aware(until) - datetime.now(UTC)).total_seconds()
+        run.expires_at = asyncio.get_running_loop().time() + left
 
     def _check_ownership(self, run: _Run) -> None:
         """An ownership-lost notification is a hint too (it may be stale or forged):
@@ -820,10 +826,12 @@ class Worker:
         check.add_done_callback(run.checks.discard)
 
     async def _confirm_loss(self, run: _Run) -> None:
+        sent = asyncio.get_running_loop().time()
         try:
             run.leased_until = await self.client.state.renew_lease(
                 run.job.id, run.lease_token, self.lease
             )
+            run.expires_at = sent + self.lease
         except JobOwnershipLostError:
             self._lose(run, "ownership lost")
         except Exception:
@@ -902,7 +910,7 @@ class Worker:
                 outcome = await retry_on_connection_loss(
                     lambda: batcher.complete(completion),
                     what="completing a job",
-                    until=self._lease_deadline(run),
+                    until=run.expires_at,
                 )
         except Exception as exc:
             if session is not None:
@@ -962,7 +970,7 @@ class Worker:
                     job.id, run.lease_token, error, notes=notes, retry_delay=retry_delay
                 ),
                 what="recording a failed attempt",
-                until=self._lease_deadline(run),
+                until=run.expires_at,
             )
         except JobOwnershipLostError as lost:
             self._emit("ownership_lost", job, error=str(lost))

@@ -25,7 +25,7 @@ import sqlite3
 import weakref
 from typing import Any, Literal
 
-from sqlalchemy import Select, event, func, literal_column, select, text
+from sqlalchemy import Select, event, func, literal_column, select, text, true
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
@@ -159,6 +159,23 @@ def single_writer(engine: AsyncEngine) -> AsyncEngine:
     if is_postgres(engine):
         return engine.execution_options(isolation_level="AUTOCOMMIT")
     return engine
+
+
+def commit_without_flush(postgres: bool) -> ColumnElement[bool]:
+    """A term that is always true and, on Postgres, makes the transaction of the
+    statement it is in commit without waiting for its WAL to reach the disk
+    (``synchronous_commit = off`` for that transaction only).
+
+    Only for a statement whose loss in a server crash costs nothing but a repeat:
+    a claim. A claim that did not survive leaves its job pending, as if never
+    claimed; the worker's completion is then refused (its lease token is unknown)
+    and the job runs again, as after a worker crash. Any later durable commit
+    flushes the claim with it.
+    """
+    if not postgres:
+        return true()
+    setting = func.set_config("synchronous_commit", "off", true())
+    return select(setting).scalar_subquery().is_not(None)
 
 
 def insert_or_ignore(table: Any, postgres: bool) -> Any:

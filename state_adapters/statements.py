@@ -285,6 +285,8 @@ class Statements:
             .where(dialects.id_in_selected(jobs.c.id, best, self.postgres))
             # Rechecked after the row lock (Postgres); the rows come by primary key.
             .where(dialects.without_index(jobs.c.status, self.postgres) == "pending")
+            # A claim lost with the server is redone: its commit need not wait for disk.
+            .where(dialects.commit_without_flush(self.postgres))
             .values(
                 status="running",
                 attempt=jobs.c.attempt + 1,

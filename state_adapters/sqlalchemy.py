@@ -132,9 +132,12 @@ class SqlAlchemyStateAdapter:
         self._reader = dialects.reader(engine)
         self._single_writer = dialects.single_writer(engine)
         self._lanes = ConnectionLanes(self._single_writer)
-        # What a worker repeats: compiled once (the claim once per number of types).
+        # What workers and producers repeat: compiled once (the claim once per number of
+        # types; the one-statement start and completion exist on Postgres only).
         self._claims: dict[int, CompiledStatement] = {}
-        self._complete_ids = CompiledStatement(self._sql.complete_ids_statement, engine.dialect)
+        if self._postgres:
+            self._complete_ids = CompiledStatement(self._sql.complete_ids_statement, engine.dialect)
+            self._insert_first_jobs = CompiledStatement(self._sql.insert_first_jobs, engine.dialect)
 
     # -- schema ------------------------------------------------------------------------
 
@@ -235,7 +238,10 @@ class SqlAlchemyStateAdapter:
             started.append(StartedChain(chain_id, job.type_name, deduplicated=False))
         if job_rows:
             for statement, params in self._sql.insert_chains_and_jobs(job_rows):
-                await conn.execute(statement, params)
+                if self._postgres and statement is self._sql.insert_first_jobs:
+                    await self._insert_first_jobs.rows(conn, params)
+                else:
+                    await conn.execute(statement, params)
         if blocker_rows:
             await conn.execute(self.tables.blockers.insert(), blocker_rows)
         for type_name, count in scheduled.items():

@@ -173,10 +173,10 @@ class Statements:
             }
             for row in job_rows
         ]
-        return [(self._insert_first_jobs, {"batch": batch, "now": job_rows[0]["created_at"]})]
+        return [(self.insert_first_jobs, {"batch": batch, "now": job_rows[0]["created_at"]})]
 
     @cached_property
-    def _insert_first_jobs(self) -> Any:
+    def insert_first_jobs(self) -> Any:
         """Postgres: ``WITH new_chains AS (INSERT INTO chains SELECT ... FROM rows)
         INSERT INTO jobs SELECT ... FROM rows``, the rows being one JSON document
         (one parameter, encoded in one call, inputs embedded as they are)."""

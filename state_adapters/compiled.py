@@ -48,6 +48,7 @@ class CompiledStatement:
             processor = parameter.type.dialect_impl(dialect).bind_processor(dialect)
             if processor is not None:
                 self._bind[name] = processor
+        self._constants: dict[str, Any] = dict.fromkeys(compiled.params)
         self._constants = self._processed(compiled.params)
         columns = getattr(statement, "exported_columns", None) or []
         processors = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
@@ -55,7 +56,8 @@ class CompiledStatement:
 
     async def rows(self, conn: AsyncConnection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Run the statement on ``conn`` with ``params`` (the statement's other
-        parameters keep the values compiled into it)."""
+        parameters keep the values compiled into it; names it does not have are
+        ignored)."""
         values = {**self._constants, **self._processed(params)}
         arguments: Any = values if self._order is None else tuple(values[n] for n in self._order)
         result = await conn.exec_driver_sql(self.sql, arguments)
@@ -73,7 +75,10 @@ class CompiledStatement:
         return typed
 
     def _processed(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        bind = self._bind
+        """The values of the statement's parameters among ``params``, processed."""
+        bind, constants = self._bind, self._constants
         return {
-            name: bind[name](value) if name in bind else value for name, value in params.items()
+            name: bind[name](value) if name in bind else value
+            for name, value in params.items()
+            if name in constants
         }

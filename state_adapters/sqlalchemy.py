@@ -133,8 +133,8 @@ class SqlAlchemyStateAdapter:
         self._single_writer = dialects.single_writer(engine)
         self._lanes = ConnectionLanes(self._single_writer)
         # What workers and producers repeat: compiled once (the claim once per number of
-        # types; the one-statement start and completion exist on Postgres only).
-        self._claims: dict[int, CompiledStatement] = {}
+        # types and limit; the one-statement start and completion exist on Postgres only).
+        self._claims: dict[tuple[int, int], CompiledStatement] = {}
         if self._postgres:
             self._complete_ids = CompiledStatement(self._sql.complete_ids_statement, engine.dialect)
             self._insert_first_jobs = CompiledStatement(self._sql.insert_first_jobs, engine.dialect)
@@ -340,11 +340,11 @@ class SqlAlchemyStateAdapter:
 
     async def _claim(self, conn: AsyncConnection, claim: Mapping[str, Any]) -> list[JobRecord]:
         """Run the claim statement with :func:`_claim_params`'s parameters."""
-        count = sum(1 for name in claim if name.startswith("type_"))
-        statement = self._claims.get(count)
+        shape = (sum(1 for name in claim if name.startswith("type_")), claim["limit"])
+        statement = self._claims.get(shape)
         if statement is None:
-            statement = CompiledStatement(self._sql.claim(count), self.engine.dialect)
-            self._claims[count] = statement
+            statement = CompiledStatement(self._sql.claim(*shape), self.engine.dialect)
+            self._claims[shape] = statement
         return _claimed([JobRecord(*row) for row in await statement.rows(conn, claim)])
 
     async def next_due_at(self, type_names: Sequence[str]) -> datetime | None:

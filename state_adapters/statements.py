@@ -260,31 +260,36 @@ class Statements:
 
     # -- acquisition and leases --------------------------------------------------------
 
-    def claim(self, type_count: int) -> Update:
-        """Mark the best eligible pending jobs running under a fresh lease, in one
-        statement; the row locks (Postgres) or the write lock (SQLite) make every
-        job go to one claimer. Parameters: ``type_0`` to ``type_{type_count - 1}``
-        (the worker's type names: a list of fixed length, so the statement compiles
-        once per worker), ``now``, ``limit``, ``b_worker_id``, ``b_leased_until``."""
+    def claim(self, type_count: int, limit: int) -> Update:
+        """Mark the best eligible pending jobs (up to ``limit``) running under a fresh
+        lease, in one statement; the row locks (Postgres) or the write lock (SQLite)
+        make every job go to one claimer. Parameters: ``type_0`` to
+        ``type_{type_count - 1}`` (the worker's type names), ``now``, ``b_worker_id``,
+        ``b_leased_until``.
+
+        The limit and the statuses are written into the SQL, not bound: a worker
+        sends a handful of these shapes, and Postgres can then plan each once (a
+        generic plan of a bound status cannot use the index of pending jobs)."""
         jobs = self.tables.jobs
+        pending: ColumnElement[str] = literal_column("'pending'")
         best = (
             select(jobs.c.id)
             .where(
-                jobs.c.status == "pending",
+                jobs.c.status == pending,
                 jobs.c.type_name.in_([bindparam(f"type_{i}") for i in range(type_count)]),
                 # Read off the acquire index in claim order, never sorted from another.
                 dialects.without_index(jobs.c.scheduled_at, self.postgres)
                 <= bindparam("now", type_=UtcDateTime()),
             )
             .order_by(jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
-            .limit(bindparam("limit"))
+            .limit(literal_column(str(int(limit))))
         )
         best = dialects.claim_lock(best, self.postgres)
         return (
             update(jobs)
             .where(dialects.id_in_selected(jobs.c.id, best, self.postgres))
             # Rechecked after the row lock (Postgres); the rows come by primary key.
-            .where(dialects.without_index(jobs.c.status, self.postgres) == "pending")
+            .where(dialects.without_index(jobs.c.status, self.postgres) == pending)
             # A claim lost with the server is redone: its commit need not wait for disk.
             .where(dialects.commit_without_flush(self.postgres))
             .values(

@@ -216,7 +216,7 @@ def test_herd_recognises_the_claim_statement_and_nothing_else(postgres: bool) ->
     def compiled(statement: object) -> str:
         return str(statement.compile(dialect=dialect))  # type: ignore[attr-defined]
 
-    assert is_claim(compiled(sql.claim(2)), None)
+    assert is_claim(compiled(sql.claim(2, 10)), None)
     assert not is_claim(compiled(sql.next_due_at), None)
 
 

@@ -158,10 +158,30 @@ class Stack:
 
     def count_statements(self, matches: StatementPredicate) -> StatementCounter:
         """Count statements on this stack's engine (and its execution-option views)
-        for which ``matches(sql, parameters)`` is true."""
+        for which ``matches(sql, parameters)`` is true. On SQLite a worker's claims
+        and completions go to the aiosqlite connection itself, past the engine's
+        events (``state_adapters/sqlite_driver.py``): those are counted there."""
         counter = StatementCounter(matches)
-        event.listen(self.engine.sync_engine, "before_cursor_execute", counter)
+        sync_engine = self.engine.sync_engine
+        event.listen(sync_engine, "before_cursor_execute", counter)
+        if self.state_kind == "sqlite":
+
+            def checkout(dbapi_connection: Any, *args: Any) -> None:
+                driver = dbapi_connection.driver_connection
+                if not getattr(driver, "_statements_counted", False):
+                    driver._statements_counted = True
+                    driver.execute_fetchall = _counting(counter, driver.execute_fetchall)
+
+            event.listen(sync_engine, "checkout", checkout)
         return counter
+
+
+def _counting(counter: StatementCounter, execute: Callable[..., Any]) -> Callable[..., Any]:
+    async def counted(sql: str, parameters: Any = None) -> Any:
+        counter(None, None, sql, parameters, None, False)
+        return await execute(sql, parameters)
+
+    return counted
 
 
 @asynccontextmanager

@@ -8,26 +8,43 @@ statements of fixed shape, so :class:`CompiledStatement` does that work once
 per dialect and sends the string with ``exec_driver_sql``: the statement
 still runs on a SQLAlchemy connection, in its transaction, with its events
 (``before_cursor_execute``), error wrapping and invalidation of a broken
-connection, exactly as any other statement.
+connection, exactly as any other statement. (On SQLite a worker's
+transaction goes to the driver itself: see :mod:`state_adapters.sqlite_driver`.)
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 _Processor = Callable[[Any], Any]
 
 
+class DriverSqlResult(Protocol):
+    """What :class:`CompiledStatement` reads of ``exec_driver_sql``'s result."""
+
+    @property
+    def returns_rows(self) -> bool: ...
+
+    def all(self) -> Sequence[Any]: ...
+
+
+class SendsDriverSql(Protocol):
+    """A connection that runs SQL strings: a SQLAlchemy ``AsyncConnection``, or
+    :class:`~state_adapters.sqlite_driver.DriverTransaction`."""
+
+    async def exec_driver_sql(self, statement: str, parameters: Any = None) -> Any: ...
+
+
 class CompiledStatement:
     """``statement`` compiled for ``dialect``: :meth:`rows` runs it with the given
     parameters (named as in the statement) and returns its rows typed as
-    ``conn.execute(statement)`` would, as tuples.
+    ``conn.execute(statement)`` would, as named tuples.
 
     Invariants: the SQL is compiled once; every bound value, given or constant,
     goes through its type's bind processor and every returned column through its
@@ -50,28 +67,36 @@ class CompiledStatement:
                 self._bind[name] = processor
         self._constants: dict[str, Any] = dict.fromkeys(compiled.params)
         self._constants = self._processed(compiled.params)
-        columns = getattr(statement, "exported_columns", None) or []
+        columns = list(getattr(statement, "exported_columns", None) or [])
         processors = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
         self._results = [(i, p) for i, p in enumerate(processors) if p is not None]
+        self._row: Any = namedtuple("_Row", [c.key for c in columns], rename=True)  # type: ignore[misc]
 
-    async def rows(self, conn: AsyncConnection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """Run the statement on ``conn`` with ``params`` (the statement's other
-        parameters keep the values compiled into it; names it does not have are
-        ignored)."""
+    def arguments(self, params: Mapping[str, Any]) -> Any:
+        """The driver's arguments for ``params``: a mapping, or a tuple in the order of
+        the placeholders for a positional driver (the statement's other parameters
+        keep the values compiled into it; names it does not have are ignored)."""
         values = {**self._constants, **self._processed(params)}
-        arguments: Any = values if self._order is None else tuple(values[n] for n in self._order)
-        result = await conn.exec_driver_sql(self.sql, arguments)
+        return values if self._order is None else tuple(values[n] for n in self._order)
+
+    async def rows(self, conn: SendsDriverSql, params: Mapping[str, Any]) -> list[Any]:
+        """Run the statement on ``conn`` with ``params`` (see :meth:`arguments`)."""
+        result: DriverSqlResult = await conn.exec_driver_sql(self.sql, self.arguments(params))
         if not result.returns_rows:
             return []
-        rows = result.all()
+        return self.typed(result.all())
+
+    def typed(self, rows: Sequence[Sequence[Any]]) -> list[Any]:
+        """Driver rows as named tuples of the statement's columns, typed."""
+        make = self._row._make
         if not self._results:
-            return [tuple(row) for row in rows]
+            return [make(row) for row in rows]
         typed = []
         for row in rows:
-            values_of_row = list(row)
+            values = list(row)
             for index, processor in self._results:
-                values_of_row[index] = processor(values_of_row[index])
-            typed.append(tuple(values_of_row))
+                values[index] = processor(values[index])
+            typed.append(make(values))
         return typed
 
     def _processed(self, params: Mapping[str, Any]) -> dict[str, Any]:

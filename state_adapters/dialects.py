@@ -25,11 +25,12 @@ import sqlite3
 import weakref
 from typing import Any, Literal
 
-from sqlalchemy import Select, event, func, literal_column, select, text, true
+from sqlalchemy import JSON, Select, bindparam, event, func, literal_column, select, text, true
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql.elements import ColumnElement, UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
@@ -125,14 +126,24 @@ def _sqlite_prepare(dbapi_connection: Any, synchronous: str) -> bool:
         cursor.close()
 
 
-def _sqlite_begin_immediate(connection: Connection) -> None:
-    # Prepared lazily here rather than on "connect": connections the
-    # application pooled before the adapter existed get the same settings.
+def sqlite_ready(fairy: PoolProxiedConnection, dialect: Dialect) -> bool:
+    """Whether this pooled SQLite connection has its engine's settings already."""
+    return bool(fairy.info.get(_SQLITE_READY) == _SYNCHRONOUS.get(dialect, SQLITE_SYNCHRONOUS))
+
+
+def prepare_sqlite(connection: Connection) -> None:
+    """Give this SQLite connection the engine's settings, unless it has them."""
+    # Prepared lazily rather than on "connect": connections the application
+    # pooled before the adapter existed get the same settings.
     fairy = connection.connection
     synchronous = _SYNCHRONOUS.get(connection.dialect, SQLITE_SYNCHRONOUS)
     if fairy.info.get(_SQLITE_READY) != synchronous:
         ready = _sqlite_prepare(fairy.dbapi_connection, synchronous)
         fairy.info[_SQLITE_READY] = synchronous if ready else None
+
+
+def _sqlite_begin_immediate(connection: Connection) -> None:
+    prepare_sqlite(connection)
     if connection.get_execution_options().get(_READ_ONLY):
         connection.exec_driver_sql("BEGIN")
     else:
@@ -227,6 +238,20 @@ def id_in_selected(
         claimed = selected.cte("selected").prefix_with("MATERIALIZED")
         return id_column.in_(select(claimed.c[0]).scalar_subquery())
     return id_column.in_(selected.scalar_subquery())
+
+
+def in_list(column: ColumnElement[Any], name: str, postgres: bool) -> ColumnElement[bool]:
+    """``column IN (the values of the list bound as name)``.
+
+    Postgres: an expanding parameter, one placeholder per value. SQLite: the list
+    as one JSON parameter read with ``json_each``, so the statement has one shape
+    whatever the number of values and can be compiled once
+    (:class:`~state_adapters.compiled.CompiledStatement`).
+    """
+    if postgres:
+        return column.in_(bindparam(name, expanding=True))
+    values = func.json_each(bindparam(name, type_=JSON())).table_valued("value")
+    return column.in_(select(values.c.value).scalar_subquery())
 
 
 def without_index(expression: ColumnElement[Any], postgres: bool) -> ColumnElement[Any]:

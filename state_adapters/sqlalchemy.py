@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import RowMapping
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.sql import ClauseElement
 
 from queuert_notify import validation
 from queuert_notify.errors import (
@@ -59,6 +60,7 @@ from state_adapters.schema import (
     WORKER_ID_LENGTH,
     make_tables,
 )
+from state_adapters.sqlite_driver import DriverTransaction, driver_transaction
 from state_adapters.statements import JOB_FIELDS, Statements
 
 if TYPE_CHECKING:
@@ -67,6 +69,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_Conn = AsyncConnection | DriverTransaction
+"""Where a worker's statements run: a SQLAlchemy connection, or on SQLite the driver."""
 
 ALL_STATUSES: tuple[JobStatus, ...] = (
     "blocked",
@@ -132,12 +136,10 @@ class SqlAlchemyStateAdapter:
         self._reader = dialects.reader(engine)
         self._single_writer = dialects.single_writer(engine)
         self._lanes = ConnectionLanes(self._single_writer)
-        # What workers and producers repeat: compiled once (the claim once per number of
-        # types and limit; the one-statement start and completion exist on Postgres only).
-        self._claims: dict[tuple[int, int], CompiledStatement] = {}
-        if self._postgres:
-            self._complete_ids = CompiledStatement(self._sql.complete_ids_statement, engine.dialect)
-            self._insert_first_jobs = CompiledStatement(self._sql.insert_first_jobs, engine.dialect)
+        # What workers and producers repeat is compiled once: the claim once per
+        # number of types and limit.
+        self._claims: dict[tuple[int, int], ClauseElement] = {}
+        self._compiled_statements: dict[ClauseElement, CompiledStatement] = {}
 
     # -- schema ------------------------------------------------------------------------
 
@@ -239,7 +241,7 @@ class SqlAlchemyStateAdapter:
         if job_rows:
             for statement, params in self._sql.insert_chains_and_jobs(job_rows):
                 if self._postgres and statement is self._sql.insert_first_jobs:
-                    await self._insert_first_jobs.rows(conn, params)
+                    await self._compiled(statement).rows(conn, params)
                 else:
                     await conn.execute(statement, params)
         if blocker_rows:
@@ -335,17 +337,32 @@ class SqlAlchemyStateAdapter:
         claim = _claim_params(type_names, worker_id, lease_seconds, limit, _now())
         if not claim["limit"]:
             return []
-        async with self._lanes.connection() as conn, conn.begin():
+        async with self._lanes.connection() as lane, self._lane_transaction(lane) as conn:
             return await self._claim(conn, claim)
 
-    async def _claim(self, conn: AsyncConnection, claim: Mapping[str, Any]) -> list[JobRecord]:
+    def _lane_transaction(self, lane: AsyncConnection) -> AbstractAsyncContextManager[_Conn]:
+        """A worker's claim or completions, in a transaction on a lane: on SQLite sent to
+        the driver itself (see :mod:`state_adapters.sqlite_driver`)."""
+        if self._postgres:
+            return _begun(lane)
+        return driver_transaction(lane, self._compiled)
+
+    def _compiled(self, statement: ClauseElement) -> CompiledStatement:
+        """``statement`` compiled once for this engine (statements of fixed shape only)."""
+        compiled = self._compiled_statements.get(statement)
+        if compiled is None:
+            compiled = CompiledStatement(statement, self.engine.dialect)
+            self._compiled_statements[statement] = compiled
+        return compiled
+
+    async def _claim(self, conn: _Conn, claim: Mapping[str, Any]) -> list[JobRecord]:
         """Run the claim statement with :func:`_claim_params`'s parameters."""
         shape = (sum(1 for name in claim if name.startswith("type_")), claim["limit"])
         statement = self._claims.get(shape)
         if statement is None:
-            statement = CompiledStatement(self._sql.claim(*shape), self.engine.dialect)
-            self._claims[shape] = statement
-        return _claimed([JobRecord(*row) for row in await statement.rows(conn, claim)])
+            statement = self._claims[shape] = self._sql.claim(*shape)
+        rows = await self._compiled(statement).rows(conn, claim)
+        return _claimed([JobRecord(*row) for row in rows])
 
     async def next_due_at(self, type_names: Sequence[str]) -> datetime | None:
         """Earliest ``scheduled_at`` of a pending job of these types (possibly in the past)."""
@@ -404,7 +421,7 @@ class SqlAlchemyStateAdapter:
             # dependents to unblock (or a deadlock was detected): then a transaction.
             staged = NotificationBuffer()
             try:
-                async with self._lanes.connection() as conn, conn.begin():
+                async with self._lanes.connection() as lane, self._lane_transaction(lane) as conn:
                     results, _ = await self._complete(
                         conn, staged, completions, alone=self._postgres
                     )
@@ -447,7 +464,7 @@ class SqlAlchemyStateAdapter:
             )
         staged = NotificationBuffer()
         try:
-            async with self._lanes.connection() as conn, conn.begin():
+            async with self._lanes.connection() as lane, self._lane_transaction(lane) as conn:
                 done, claimed = await self._complete(
                     conn, staged, completions, now=now, alone=self._postgres, claim=claim
                 )
@@ -470,7 +487,7 @@ class SqlAlchemyStateAdapter:
 
     async def _complete(
         self,
-        conn: AsyncConnection,
+        conn: _Conn,
         notes: NotificationBuffer,
         completions: Sequence[Completion],
         *,
@@ -521,7 +538,7 @@ class SqlAlchemyStateAdapter:
 
     async def _complete_in_one_statement(
         self,
-        conn: AsyncConnection,
+        conn: _Conn,
         first: Mapping[str, Completion],
         next_jobs: Sequence[Mapping[str, Any]],
         now: datetime,
@@ -539,7 +556,7 @@ class SqlAlchemyStateAdapter:
         rows = (
             await conn.execute(statement, params)
             if records
-            else await self._complete_ids.rows(conn, params)
+            else await self._compiled(self._sql.complete_ids_statement).rows(conn, params)
         )
         done: dict[str, Any] = {}
         finalized: list[tuple[str, bool]] = []
@@ -551,7 +568,7 @@ class SqlAlchemyStateAdapter:
 
     async def _complete_step_by_step(
         self,
-        conn: AsyncConnection,
+        conn: _Conn,
         first: Mapping[str, Completion],
         next_jobs: Sequence[Mapping[str, Any]],
         now: datetime,
@@ -577,7 +594,7 @@ class SqlAlchemyStateAdapter:
                 new.update(chain_id=previous.chain_id, chain_index=previous.chain_index + 1)
                 created.append(new)
         if created:
-            await conn.execute(self.tables.jobs.insert(), created)
+            await conn.execute(self._sql.insert_jobs, created)
         finishing = [
             done[job_id].chain_id
             for job_id, c in first.items()
@@ -676,7 +693,7 @@ class SqlAlchemyStateAdapter:
         await self._after_finalizing(conn, notes, await self._finalize(conn, chain_ids, now))
 
     async def _finalize(
-        self, conn: AsyncConnection, chain_ids: Sequence[str], now: datetime
+        self, conn: _Conn, chain_ids: Sequence[str], now: datetime
     ) -> list[tuple[str, bool]]:
         """Mark chains final (once); (chain id, has dependents) of those that were not."""
         if not chain_ids:
@@ -686,7 +703,7 @@ class SqlAlchemyStateAdapter:
 
     async def _after_finalizing(
         self,
-        conn: AsyncConnection,
+        conn: _Conn,
         notes: NotificationBuffer,
         finalized: Sequence[tuple[str, bool]],
     ) -> None:
@@ -920,6 +937,12 @@ class SqlAlchemyStateAdapter:
             return
         async with self._reader.connect() as conn:
             yield conn
+
+
+@asynccontextmanager
+async def _begun(conn: AsyncConnection) -> AsyncIterator[AsyncConnection]:
+    async with conn.begin():
+        yield conn
 
 
 async def _caller_connection(session: AsyncSession | AsyncConnection) -> AsyncConnection:

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Delete,
+    Insert,
     Integer,
     Select,
     String,
@@ -39,7 +40,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.types import TypeEngine
 
@@ -134,6 +135,11 @@ class Statements:
             .values(has_dependents=True)
             .returning(chains.c.id, chains.c.completed_at)
         )
+
+    @cached_property
+    def insert_jobs(self) -> Insert:
+        """Insert job rows (every column given)."""
+        return insert(self.tables.jobs)
 
     def insert_chains_and_jobs(
         self, job_rows: Sequence[Mapping[str, Any]]
@@ -619,7 +625,7 @@ class Statements:
     def _finalize_chains(self) -> Update:
         chains = self.tables.chains
         open_chains = and_(
-            chains.c.id.in_(bindparam("chain_ids", expanding=True)),
+            dialects.in_list(chains.c.id, "chain_ids", self.postgres),
             chains.c.completed_at.is_(None),
         )
         locked = dialects.update_lock(
@@ -641,15 +647,15 @@ class Statements:
     @cached_property
     def _unblock_dependents(self) -> Update:
         jobs, blockers = self.tables.jobs, self.tables.blockers
-        final_ids: BindParameter[str] = bindparam("final_ids", expanding=True)
+        final = dialects.in_list(blockers.c.blocker_chain_id, "final_ids", self.postgres)
         resolved = (
             select(func.count())
             .select_from(blockers)
-            .where(blockers.c.job_id == jobs.c.id, blockers.c.blocker_chain_id.in_(final_ids))
+            .where(blockers.c.job_id == jobs.c.id, final)
             .scalar_subquery()
         )
         remaining = jobs.c.blockers_pending - resolved
-        waiting = select(blockers.c.job_id).where(blockers.c.blocker_chain_id.in_(final_ids))
+        waiting = select(blockers.c.job_id).where(final)
         return (
             update(jobs)
             .where(jobs.c.status == "blocked", jobs.c.id.in_(waiting.scalar_subquery()))

@@ -157,15 +157,46 @@ def inject_statement_faults(engine: AsyncEngine, schedule: FaultSchedule) -> Cal
     the driver connection is closed and the driver's own ``OperationalError`` raised,
     so SQLAlchemy sees a disconnect and invalidates the connection as it does when the
     server goes away. The statement never reaches the server, so a failed statement
-    changed nothing. Returns a function that removes the hook."""
+    changed nothing. Returns a function that removes the hook.
+
+    On SQLite a worker sends its claims and completions to the aiosqlite connection
+    itself (``state_adapters/sqlite_driver.py``), past the engine's events: those
+    statements are failed at the driver's ``execute_fetchall`` and ``executemany``."""
     dbapi = engine.dialect.loaded_dbapi
     message = _DISCONNECT_MESSAGES[engine.dialect.name]
     sync_engine = engine.sync_engine
+    active = True
 
     def before_cursor_execute(connection: Connection, *args: Any) -> None:
         if schedule.fails("statement"):
             connection.connection.dbapi_connection.close()  # type: ignore[union-attr]
             raise dbapi.OperationalError(message)
 
+    def checkout(dbapi_connection: Any, *args: Any) -> None:
+        driver = dbapi_connection.driver_connection
+        if getattr(driver, "_faults_injected", False):
+            return
+        driver._faults_injected = True
+        for name in ("execute_fetchall", "executemany"):
+            setattr(driver, name, faulty(driver, getattr(driver, name)))
+
+    def faulty(driver: Any, call: Callable[..., Any]) -> Callable[..., Any]:
+        async def maybe_fail(*args: Any, **kwargs: Any) -> Any:
+            if active and schedule.fails("statement"):
+                await driver.close()
+                raise dbapi.OperationalError(message)
+            return await call(*args, **kwargs)
+
+        return maybe_fail
+
+    def remove() -> None:
+        nonlocal active
+        active = False
+        event.remove(sync_engine, "before_cursor_execute", before_cursor_execute)
+        if engine.dialect.name == "sqlite":
+            event.remove(sync_engine, "checkout", checkout)
+
     event.listen(sync_engine, "before_cursor_execute", before_cursor_execute)
-    return lambda: event.remove(sync_engine, "before_cursor_execute", before_cursor_execute)
+    if engine.dialect.name == "sqlite":
+        event.listen(sync_engine, "checkout", checkout)
+    return remove

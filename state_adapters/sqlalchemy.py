@@ -180,19 +180,22 @@ class SqlAlchemyStateAdapter:
         if session is None and not any(c.dedup_key or c.blockers for c in chains):
             # Plain inserts: one statement on Postgres, run as its own transaction.
             staged = NotificationBuffer()
-            async with self._single_writer.begin() as conn:
+            async with self._single_writer.connect() as own, self._transaction(own) as conn:
                 started = await self._start(conn, staged, chains)
             notes.absorb(staged)
             return started
         return await self._write(session, notes, lambda c, n: self._start(c, n, chains))
 
     async def _start(
-        self, conn: AsyncConnection, notes: NotificationBuffer, chains: Sequence[NewChain]
+        self, conn: _Conn, notes: NotificationBuffer, chains: Sequence[NewChain]
     ) -> list[StartedChain]:
+        """Insert the chains; only plain ones (no dedup key, no blockers) may be given a
+        :class:`DriverTransaction`, whose statements must have one shape each."""
         now = _now()
         blocker_ids = {b for chain in chains for b in chain.blockers}
         open_blockers: set[str] = set()
         if blocker_ids:
+            assert isinstance(conn, AsyncConnection)
             rows = (await conn.execute(*self._sql.mark_dependents(list(blocker_ids)))).all()
             found = {row.id for row in rows}
             missing = sorted(blocker_ids - found)
@@ -209,7 +212,10 @@ class SqlAlchemyStateAdapter:
         blocker_rows: list[dict[str, Any]] = []
         scheduled: dict[str, int] = {}
         ids = [chain.id or new_id() for chain in chains]
-        holders = await self._take_dedup_keys(conn, chains, ids, now)
+        holders: dict[tuple[str, str], str] = {}
+        if any(chain.dedup_key is not None for chain in chains):
+            assert isinstance(conn, AsyncConnection)
+            holders = await self._take_dedup_keys(conn, chains, ids, now)
         for chain, chain_id in zip(chains, ids, strict=True):
             job = chain.job
             if chain.dedup_key is not None:
@@ -337,15 +343,16 @@ class SqlAlchemyStateAdapter:
         claim = _claim_params(type_names, worker_id, lease_seconds, limit, _now())
         if not claim["limit"]:
             return []
-        async with self._lanes.connection() as lane, self._lane_transaction(lane) as conn:
+        async with self._lanes.connection() as lane, self._transaction(lane) as conn:
             return await self._claim(conn, claim)
 
-    def _lane_transaction(self, lane: AsyncConnection) -> AbstractAsyncContextManager[_Conn]:
-        """A worker's claim or completions, in a transaction on a lane: on SQLite sent to
-        the driver itself (see :mod:`state_adapters.sqlite_driver`)."""
+    def _transaction(self, conn: AsyncConnection) -> AbstractAsyncContextManager[_Conn]:
+        """A transaction of the adapter's own on ``conn`` for the statements it repeats
+        (claims, completions, plain starts): on SQLite sent to the driver itself (see
+        :mod:`state_adapters.sqlite_driver`)."""
         if self._postgres:
-            return _begun(lane)
-        return driver_transaction(lane, self._compiled)
+            return _begun(conn)
+        return driver_transaction(conn, self._compiled)
 
     def _compiled(self, statement: ClauseElement) -> CompiledStatement:
         """``statement`` compiled once for this engine (statements of fixed shape only)."""
@@ -421,7 +428,7 @@ class SqlAlchemyStateAdapter:
             # dependents to unblock (or a deadlock was detected): then a transaction.
             staged = NotificationBuffer()
             try:
-                async with self._lanes.connection() as lane, self._lane_transaction(lane) as conn:
+                async with self._lanes.connection() as lane, self._transaction(lane) as conn:
                     results, _ = await self._complete(
                         conn, staged, completions, alone=self._postgres
                     )
@@ -464,7 +471,7 @@ class SqlAlchemyStateAdapter:
             )
         staged = NotificationBuffer()
         try:
-            async with self._lanes.connection() as lane, self._lane_transaction(lane) as conn:
+            async with self._lanes.connection() as lane, self._transaction(lane) as conn:
                 done, claimed = await self._complete(
                     conn, staged, completions, now=now, alone=self._postgres, claim=claim
                 )

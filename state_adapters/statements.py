@@ -141,6 +141,11 @@ class Statements:
         """Insert job rows (every column given)."""
         return insert(self.tables.jobs)
 
+    @cached_property
+    def insert_chains(self) -> Insert:
+        """Insert chain rows (every column given)."""
+        return insert(self.tables.chains)
+
     def insert_chains_and_jobs(
         self, job_rows: Sequence[Mapping[str, Any]]
     ) -> list[tuple[Any, Any]]:
@@ -152,7 +157,6 @@ class Statements:
         round trip whatever the batch size. SQLite: two executemany inserts.
         """
         if not self.postgres:
-            t = self.tables
             chain_rows = [
                 {
                     "id": row["chain_id"],
@@ -164,7 +168,7 @@ class Statements:
                 }
                 for row in job_rows
             ]
-            return [(t.chains.insert(), chain_rows), (t.jobs.insert(), list(job_rows))]
+            return [(self.insert_chains, chain_rows), (self.insert_jobs, list(job_rows))]
         batch = [
             {
                 "id": row["id"],

@@ -49,21 +49,52 @@ class LostCommit:
     with the connection at COMMIT, or the autocommit statement is never sent. Either
     way the driver connection is closed under SQLAlchemy, which reports a lost
     connection (``connection_invalidated``). ``fired`` counts the writes broken.
+
+    On SQLite the adapter commits its own plain starts on the aiosqlite connection
+    itself (``state_adapters/sqlite_driver.py``), past SQLAlchemy's ``commit`` event:
+    those commits are broken at the driver's ``commit``.
     """
 
     def __init__(self, engine: AsyncEngine, *, committed: bool) -> None:
         self.engine = engine
         self.committed = committed
         self.fired = 0
+        self._active = False
 
     async def __aenter__(self) -> LostCommit:
+        self._active = True
         event.listen(self.engine.sync_engine, "commit", self._on_commit)
         event.listen(self.engine.sync_engine, "before_cursor_execute", self._before_statement)
+        event.listen(self.engine.sync_engine, "checkout", self._on_checkout)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        self._active = False
         event.remove(self.engine.sync_engine, "commit", self._on_commit)
         event.remove(self.engine.sync_engine, "before_cursor_execute", self._before_statement)
+        event.remove(self.engine.sync_engine, "checkout", self._on_checkout)
+
+    def _on_checkout(self, dbapi_connection: Any, *args: Any) -> None:
+        if self.engine.dialect.name != "sqlite":
+            return
+        driver = dbapi_connection.driver_connection
+        if getattr(driver, "_lost_commit", None) is self:
+            return
+        driver._lost_commit = self
+        commit = driver.commit
+
+        async def lost_commit() -> None:
+            if not self._active or self.fired:
+                return await commit()  # type: ignore[no-any-return]
+            self.fired += 1
+            if self.committed:
+                await commit()
+            # Closed under aiosqlite: the commit fails with "Cannot operate on a closed
+            # database", a disconnect.
+            await driver._execute(driver._conn.close)
+            return await commit()  # type: ignore[no-any-return]
+
+        driver.commit = lost_commit
 
     def _on_commit(self, connection: Connection) -> None:
         if self.fired or (not self.committed and _autocommit(connection)):

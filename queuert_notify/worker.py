@@ -58,6 +58,8 @@ told by the wake budget that it has a claimer, looks again."""
 _MAX_ERROR_BACKOFF = 30.0
 _RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
 _MAX_ERROR_TEXT = 8000
+_RENEW_RETRY = 0.25
+"""Seconds at most between a failed lease renewal and the next attempt."""
 
 
 @dataclass(eq=False)
@@ -779,9 +781,11 @@ class Worker:
     async def _renew_leases(self) -> None:
         """Renew the lease of every running handler once a third of it has passed: one
         task for the whole worker rather than a timer per job. A refused renewal cancels
-        that handler; a failed one is retried every second until the lease expires."""
+        that handler; a failed one is retried at the next tick (a quarter of a second at
+        most) until the lease expires: the pool replaces a dead connection at once, and
+        a lease must not hang on two attempts a third of it apart."""
         loop = asyncio.get_running_loop()
-        tick = min(self.lease / 6, 1.0)
+        tick = min(self.lease / 12, _RENEW_RETRY)
         while True:
             await asyncio.sleep(tick)
             now = loop.time()
@@ -808,7 +812,7 @@ class Worker:
             )
             if run.leased_until is not None and datetime.now(UTC) >= _aware(run.leased_until):
                 self._lose(run, "lease expired while renewal kept failing")
-            run.renew_at = loop.time() + min(self.lease / 3, 1.0)
+            run.renew_at = loop.time() + min(self.lease / 12, _RENEW_RETRY)
 
     def _renewed(self, run: _Run, until: datetime) -> None:
         """The handler renewed its lease itself (``ctx.heartbeat()``) up to ``until``."""

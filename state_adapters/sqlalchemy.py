@@ -136,9 +136,7 @@ class SqlAlchemyStateAdapter:
         self._reader = dialects.reader(engine)
         self._single_writer = dialects.single_writer(engine)
         self._lanes = ConnectionLanes(self._single_writer)
-        # What workers and producers repeat is compiled once: the claim once per
-        # number of types and limit.
-        self._claims: dict[tuple[int, int], ClauseElement] = {}
+        # What workers and producers repeat is compiled once (see _compiled).
         self._compiled_statements: dict[ClauseElement, CompiledStatement] = {}
 
     # -- schema ------------------------------------------------------------------------
@@ -364,10 +362,7 @@ class SqlAlchemyStateAdapter:
 
     async def _claim(self, conn: _Conn, claim: Mapping[str, Any]) -> list[JobRecord]:
         """Run the claim statement with :func:`_claim_params`'s parameters."""
-        shape = (sum(1 for name in claim if name.startswith("type_")), claim["limit"])
-        statement = self._claims.get(shape)
-        if statement is None:
-            statement = self._claims[shape] = self._sql.claim(*shape)
+        statement = self._sql.claim(claim["type_count"], claim["limit"])
         rows = await self._compiled(statement).rows(conn, claim)
         return _claimed([JobRecord(*row) for row in rows])
 
@@ -983,12 +978,14 @@ def _note_final(
 def _claim_params(
     type_names: Sequence[str], worker_id: str, lease_seconds: float, limit: int, now: datetime
 ) -> dict[str, Any]:
-    """The parameters of the claim statement (``limit`` 0 when there is nothing to claim)."""
+    """The parameters of the claim statement (``limit`` 0 when there is nothing to claim);
+    ``type_count`` and ``limit`` also choose its shape (:meth:`Statements.claim`)."""
     types = _check_type_names(type_names)
     _check_worker_id(worker_id)
     _check_positive(lease_seconds, "lease_seconds")
     return {
         **{f"type_{i}": name for i, name in enumerate(types)},
+        "type_count": len(types),
         "now": now,
         "limit": int(limit) if types and limit >= 1 else 0,
         "b_worker_id": worker_id,

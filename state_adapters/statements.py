@@ -107,6 +107,7 @@ class Statements:
             chains.c.id.in_(bindparam("chain_ids", expanding=True))
         )
         self.get_job = select(*self.job_columns).where(jobs.c.id == bindparam("job_id"))
+        self._claims: dict[tuple[int, int], Update] = {}
 
     # -- starting chains ---------------------------------------------------------------
 
@@ -271,6 +272,14 @@ class Statements:
     # -- acquisition and leases --------------------------------------------------------
 
     def claim(self, type_count: int, limit: int) -> Update:
+        """The claim statement of this shape, built once (see :meth:`_claim`)."""
+        shape = (type_count, limit)
+        statement = self._claims.get(shape)
+        if statement is None:
+            statement = self._claims[shape] = self._claim(type_count, limit)
+        return statement
+
+    def _claim(self, type_count: int, limit: int) -> Update:
         """Mark the best eligible pending jobs (up to ``limit``) running under a fresh
         lease, in one statement; the row locks (Postgres) or the write lock (SQLite)
         make every job go to one claimer. Parameters: ``type_0`` to

@@ -15,22 +15,18 @@ from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.protocol import Completion, NewChain, NewJob
 from tests.queue_helpers import drop_tables
 
+pytest_plugins = ["tests.queue_fixtures"]  # ``state`` on the engine below
+
 
 @pytest.fixture
-async def engine(postgres_url: str, prefix: str) -> AsyncIterator[AsyncEngine]:
+async def engine(postgres_url: str, table_prefix: str) -> AsyncIterator[AsyncEngine]:
+    """Postgres with a pool of four and no overflow, so checkouts can be counted."""
     engine = create_async_engine(postgres_url, pool_size=4, max_overflow=0)
     try:
         yield engine
     finally:
-        await drop_tables(engine, f"{prefix}_")
+        await drop_tables(engine, table_prefix)
         await engine.dispose()
-
-
-@pytest.fixture
-async def state(engine: AsyncEngine, prefix: str) -> SqlAlchemyStateAdapter:
-    adapter = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
-    await adapter.migrate()
-    return adapter
 
 
 def _count_checkouts(engine: AsyncEngine) -> list[int]:

@@ -1,0 +1,1 @@
+"""The state-adapter conformance cases, one module per area of the contract."""

@@ -1,7 +1,9 @@
-"""Retry delays after a failed attempt: exponential in the attempt number, capped."""
+"""Backoff: retry delays of a failed job attempt (exponential in the attempt number,
+capped), and the pauses of reconnect loops (:class:`Backoff`)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 DEFAULT_BACKOFF_BASE = 1.0
@@ -23,3 +25,43 @@ def retry_delays(base: float, cap: float) -> list[float]:
         if capped >= cap or len(delays) >= 64:
             return delays
         delay *= 2
+
+
+class Backoff:
+    """Pauses for a reconnect or retry loop: doubling from ``first`` up to ``maximum``,
+    each drawn from the upper half of its step so that many clients that lost the same
+    server do not all come back at the same instant.
+
+    Invariant: without :meth:`reset`, the step of each pause is at least the previous
+    one's and never exceeds ``maximum``. Every reconnect loop of the project uses this
+    one helper (notify subscribers, the worker's re-subscription and error backoff, the
+    state layer's connection-loss retries).
+    """
+
+    __slots__ = ("_first", "_maximum", "_step")
+
+    def __init__(self, first: float, maximum: float) -> None:
+        if not 0 < first <= maximum:
+            raise ValueError(f"backoff needs 0 < first <= maximum, got {first!r}, {maximum!r}")
+        self._first = first
+        self._maximum = maximum
+        self._step = first
+
+    @property
+    def step(self) -> float:
+        """The upper bound of the next pause (seconds)."""
+        return self._step
+
+    def next(self) -> float:
+        """The next pause in seconds; the step after it doubles, capped at ``maximum``."""
+        pause = self._step * random.uniform(0.5, 1.0)
+        self._step = min(self._step * 2, self._maximum)
+        return pause
+
+    async def sleep(self) -> None:
+        """Sleep for :meth:`next` seconds."""
+        await asyncio.sleep(self.next())
+
+    def reset(self) -> None:
+        """Start from ``first`` again (call it after a success)."""
+        self._step = self._first

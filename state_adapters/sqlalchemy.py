@@ -41,7 +41,7 @@ from queuert_notify.hooks import NotificationBuffer
 from state_adapters import dialects
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
 from state_adapters.compiled import CompiledStatement
-from state_adapters.connection_lanes import ConnectionLanes
+from state_adapters.connection_lanes import lanes_for
 from state_adapters.ids import new_id
 from state_adapters.protocol import (
     ChainRecord,
@@ -135,7 +135,7 @@ class SqlAlchemyStateAdapter:
         self._sql = Statements(self.tables, postgres=self._postgres)
         self._reader = dialects.reader(engine)
         self._single_writer = dialects.single_writer(engine)
-        self._lanes = ConnectionLanes(self._single_writer)
+        self._lanes = lanes_for(self._single_writer)
         # What workers and producers repeat is compiled once (see _compiled).
         self._compiled_statements: dict[ClauseElement, CompiledStatement] = {}
 
@@ -321,9 +321,11 @@ class SqlAlchemyStateAdapter:
         """While this is open, :meth:`acquire` and :meth:`complete_jobs` (outside a
         caller's transaction) reuse up to two connections kept out of the pool instead
         of checking one out per call, which costs about as much as the claim itself.
-        A :class:`~queuert_notify.Worker` holds them while it runs; size the pool for
-        them (``pool_size`` >= concurrency + 4 with atomic handlers that use
-        ``ctx.session``)."""
+        The two are per pool: every adapter and worker on one engine shares them, so
+        however many workers run on an engine, they keep two of its connections
+        between them. A :class:`~queuert_notify.Worker` holds them while it runs; size
+        the pool for them (``pool_size`` >= concurrency + 4 with atomic handlers that
+        use ``ctx.session``)."""
         return self._lanes.holding()
 
     async def acquire(

@@ -1,0 +1,74 @@
+"""Many workers on one engine share its pool with the application: they keep at most
+two connections out of it between them, and the application's own calls still get a
+connection at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from queuert_notify import Client, InProcessNotifyAdapter, Worker
+from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.connection_lanes import DEFAULT_LANES
+from tests.queue_helpers import drop_tables
+
+
+@pytest.fixture
+async def engine(postgres_url: str, prefix: str) -> AsyncIterator[AsyncEngine]:
+    """SQLAlchemy's default pool (5 + 10 overflow); a checkout waits 5 s at most, so a
+    pool held for good fails the test quickly instead of after 30 s."""
+    engine = create_async_engine(postgres_url, pool_timeout=5)
+    try:
+        yield engine
+    finally:
+        await drop_tables(engine, f"{prefix}_")
+        await engine.dispose()
+
+
+async def _noop(job: Any, ctx: Any) -> None:
+    return None
+
+
+@pytest.mark.parametrize("workers", [16, 32])
+@pytest.mark.parametrize("adapters", ["one adapter", "an adapter per worker"])
+async def test_many_workers_on_one_engine_leave_the_pool_to_the_application(
+    engine: AsyncEngine, prefix: str, workers: int, adapters: str
+) -> None:
+    notify = InProcessNotifyAdapter()
+    states = [SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")]
+    await states[0].migrate()
+    if adapters == "an adapter per worker":
+        states += [
+            SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_") for _ in range(workers - 1)
+        ]
+    clients = [Client(state=s, notify=notify) for s in states]
+    app = clients[0]
+    async with AsyncExitStack() as stack:
+        for n in range(workers):
+            worker = Worker(
+                clients[n % len(clients)], handlers={"t": _noop}, concurrency=1, poll_interval=0.5
+            )
+            await stack.enter_async_context(worker)
+        # Idle workers keep no more than the lanes of the one pool.
+        await asyncio.sleep(1.0)
+        assert engine.pool.checkedout() <= 4, engine.pool.status()  # type: ignore[attr-defined]
+
+        chains = [await app.start_chain("t", {"n": n}) for n in range(200)]
+        for chain in chains:
+            done = await app.await_chain(chain.id, timeout=30)
+            assert done.status == "completed"
+        # The application's own reads get a connection at once while workers run.
+        started = time.monotonic()
+        await app.get_chain(chains[0].id)
+        await app.count_jobs()
+        assert time.monotonic() - started < 1.0
+        await asyncio.sleep(1.0)
+        assert engine.pool.checkedout() <= DEFAULT_LANES + 2, engine.pool.status()  # type: ignore[attr-defined]
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    await notify.close()

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.exc import IntegrityError
 
-from queuert_notify.connection_loss import retry_on_connection_loss
 from queuert_notify.errors import (
     ChainNotFoundError,
     ConfigurationError,
@@ -33,6 +32,7 @@ from queuert_notify.hooks import (
 )
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.validation import check_json, new_chain, new_job
+from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.ids import new_id
 from state_adapters.protocol import (
     FINAL_STATUSES,

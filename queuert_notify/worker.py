@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from queuert_notify.client import Client
 from queuert_notify.completion_batcher import BatchWriter, CompletionBatcher, CompletionResult
-from queuert_notify.connection_loss import retry_on_connection_loss
 from queuert_notify.errors import (
     InvalidInputError,
     JobOwnershipLostError,
@@ -41,6 +40,7 @@ from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
 from queuert_notify.validation import check_json
+from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.protocol import Completion, ContinueWith, JobRecord
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ import pytest
 from queuert_notify import PostgresNotifyAdapter
 from queuert_notify.testing import Recorder
 from tests.queue_helpers import other_tasks
+from tests.tcp_proxy import TcpProxy
 from tests.test_postgres_notify import libpq_dsn, listener_backends
 
 
@@ -120,70 +121,11 @@ async def test_close_leaves_no_task_whether_listening_or_recovering(
     assert await listener_backends(postgres_url, prefix) == []
 
 
-class _Proxy:
-    """A TCP proxy to Postgres that can play dead: while down it accepts connections
-    and closes them at once (counting them), as a server that is going away does."""
-
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self._target = (target_host, target_port)
-        self._server: asyncio.Server | None = None
-        self._links: set[asyncio.StreamWriter] = set()
-        self._pipes: set[asyncio.Task[None]] = set()
-        self.up = True
-        self.refused = 0
-        self.port = 0
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def go_down(self) -> None:
-        self.up = False
-        for writer in list(self._links):
-            writer.close()
-        self._links.clear()
-
-    async def close(self) -> None:
-        self.go_down()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-        for pipe in list(self._pipes):
-            pipe.cancel()
-        await asyncio.gather(*self._pipes, return_exceptions=True)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self.up:
-            self.refused += 1
-            writer.close()
-            return
-        up_reader, up_writer = await asyncio.open_connection(*self._target)
-        self._links.update((writer, up_writer))
-        for source, sink in ((reader, up_writer), (up_reader, writer)):
-            pipe = asyncio.create_task(self._pipe(source, sink))
-            self._pipes.add(pipe)
-            pipe.add_done_callback(self._pipes.discard)
-
-    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        try:
-            while data := await source.read(65536):
-                sink.write(data)
-                await sink.drain()
-        except OSError:
-            pass
-        finally:
-            sink.close()
-
-
 async def test_while_postgres_is_unreachable_the_listener_backs_off_then_restores(
     postgres_url: str, prefix: str
 ) -> None:
-    from urllib.parse import urlsplit
-
-    target = urlsplit(postgres_url)
-    proxy = _Proxy(target.hostname or "127.0.0.1", target.port or 5432)
-    await proxy.start()
-    via_proxy = postgres_url.replace(f"{target.hostname}:{target.port}", f"127.0.0.1:{proxy.port}")
+    proxy = await TcpProxy.in_front_of(postgres_url)
+    via_proxy = proxy.url(postgres_url)
     try:
         async with (
             PostgresNotifyAdapter(via_proxy, prefix=prefix) as adapter,
@@ -194,10 +136,10 @@ async def test_while_postgres_is_unreachable_the_listener_backs_off_then_restore
             rec = Recorder()
             await adapter.listen_chain_completed("c", rec)
 
-            proxy.go_down()
+            proxy.mode = "reset"
             await asyncio.sleep(1.5)
             # Backoff doubles from 50 ms to 2 s: a handful of attempts, not a hot loop.
-            assert 2 <= proxy.refused <= 10, proxy.refused
+            assert 2 <= proxy.reset <= 10, proxy.reset
             assert reconnects.calls == []
             # A channel already LISTENed takes new listeners (served once restored);
             # a new channel needs the server and says so.
@@ -206,7 +148,7 @@ async def test_while_postgres_is_unreachable_the_listener_backs_off_then_restore
             with pytest.raises(psycopg.OperationalError):
                 await adapter.listen_job_scheduled(["t"], Recorder())
 
-            proxy.up = True
+            proxy.mode = "forward"
             await reconnects.wait_for(1, within=10.0)
             await publisher.notify_chain_completed("c")
             await publisher.notify_chain_completed("during")

@@ -1,0 +1,92 @@
+"""Retrying a state-adapter call whose database connection was lost or could not be made.
+
+A pooled connection can die under a call: the server restarted, a proxy dropped it,
+an operator ran ``pg_terminate_backend``. SQLAlchemy then raises a ``DBAPIError`` with
+``connection_invalidated`` set and replaces the connection (and the rest of its pool)
+on the next checkout. While the server is still down, restarting or failing over, the
+replacement cannot be made: connecting is refused, or the server answers that it is
+starting up or shutting down. Both are transient, and calling again with backoff
+succeeds once the server is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from sqlalchemy.exc import DBAPIError
+
+from state_adapters.backoff import Backoff
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRY_WINDOW = 15.0
+"""Seconds a call keeps being repeated while the database is unreachable (backoff
+50 ms .. 1 s), enough for a restart or a managed failover; then the error is raised."""
+_FIRST_DELAY, _MAX_DELAY = 0.05, 1.0
+
+_TRANSIENT_SQLSTATES = frozenset(
+    {
+        "57P01",  # admin_shutdown: the server is shutting down or terminated the backend
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now: the server is starting up or in recovery
+    }
+)
+
+
+def is_connection_loss(exc: BaseException) -> bool:
+    """True when ``exc`` says the database could not be reached: the connection died
+    under the call, connecting failed (refused, reset, timed out: no SQLSTATE), a
+    connection exception (SQLSTATE class 08), or a server starting up or shutting
+    down. Never for constraint violations, bad SQL, lock or statement timeouts."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate is None:
+        # psycopg raises an OperationalError without a SQLSTATE when it cannot talk to
+        # the server at all ("connection failed: ... Connection refused", "server
+        # closed the connection unexpectedly"). SQLite's OperationalErrors (a locked
+        # database) have no SQLSTATE either and are not connection losses.
+        orig = type(exc.orig)
+        return orig.__name__ == "OperationalError" and orig.__module__.startswith("psycopg")
+    return sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES
+
+
+async def retry_on_connection_loss(
+    call: Callable[[], Awaitable[T]], *, what: str, until: float | None = None
+) -> T:
+    """Await ``call()``, calling again with jittered exponential backoff while the
+    database is unreachable (:func:`is_connection_loss`), for :data:`RETRY_WINDOW`
+    seconds or, with ``until`` (a ``loop.time()``), for as long as the next call would
+    start before ``until``.
+
+    Only for calls that are safe to repeat: reads, writes fenced by a lease token, and
+    writes in a transaction of their own. A connection lost while COMMIT was in flight
+    leaves that commit's outcome unknown; a fenced write repeated after it is refused
+    (``JobOwnershipLostError``) and changes nothing.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RETRY_WINDOW if until is None else until
+    backoff = Backoff(_FIRST_DELAY, _MAX_DELAY)
+    attempt = 1
+    while True:
+        try:
+            return await call()
+        except DBAPIError as exc:
+            pause = backoff.next()
+            if not is_connection_loss(exc) or loop.time() + pause >= deadline:
+                raise
+            logger.warning(
+                "database unreachable during %s; retrying in %.2fs",
+                what,
+                pause,
+                extra={"attempt": attempt, "error": type(exc.orig).__name__},
+            )
+        await asyncio.sleep(pause)
+        attempt += 1

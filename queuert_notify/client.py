@@ -28,6 +28,7 @@ from queuert_notify.errors import (
 from queuert_notify.hooks import (
     NotificationBuffer,
     buffer_for_transaction,
+    send_later,
     wait_for_notifications,
 )
 from queuert_notify.notify.protocol import NotifyAdapter
@@ -58,6 +59,10 @@ T = TypeVar("T")
 DEFAULT_AWAIT_POLL_INTERVAL = 5.0
 """``await_chain`` re-reads the database at least this often (seconds), so a lost
 chain-completed notification costs at most this much latency."""
+
+
+CLOSE_FLUSH_LIMIT = 5.0
+"""Seconds ``Client.close()`` waits for owed notifications to be sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +152,15 @@ class Client:
             )
 
     async def close(self) -> None:
-        """Publish what committed transactions still owe, then close the notify adapter
-        (idempotent). The state adapter is left open."""
-        await wait_for_notifications()
+        """Publish what committed transactions still owe (waiting at most
+        :data:`CLOSE_FLUSH_LIMIT` seconds for a notify server that does not answer),
+        then close the notify adapter (idempotent). The state adapter is left open."""
+        if not await wait_for_notifications(timeout=CLOSE_FLUSH_LIMIT):
+            logger.warning(
+                "the notify adapter did not take every notification within %.0fs; closing "
+                "anyway (workers find the jobs on their next poll)",
+                CLOSE_FLUSH_LIMIT,
+            )
         await self.notify.close()
 
     # -- starting chains -------------------------------------------------------------
@@ -512,13 +523,9 @@ class Client:
     # -- notifications ---------------------------------------------------------------
 
     async def flush(self, notes: NotificationBuffer) -> None:
-        """Publish ``notes`` now. The change is already committed and notifications are
-        hints, so a transport failure is logged, never raised: workers find the jobs on
-        their next poll."""
-        try:
-            await notes.flush(self.notify)
-        except Exception:
-            logger.warning(
-                "publishing notifications failed; workers will find the change on their next poll",
-                exc_info=True,
-            )
+        """Publish ``notes`` (already committed) without waiting for the notify server:
+        they go out on the adapter's sender task, in commit order, so a slow or hung
+        server never holds up the write that owes them. Notifications are hints: a
+        transport failure is logged, never raised, and workers find the jobs on their
+        next poll."""
+        send_later(self.notify, notes)

@@ -13,7 +13,8 @@ Contract used by the client, worker and state adapters::
         # back are dropped. Several calls in one transaction share one buffer,
         # so a transaction costs one notify round trip.
 
-    await wait_for_notifications()     # the after-commit flushes scheduled so far have run
+    send_later(notify, notes)          # sent on the adapter's sender task, in commit order
+    await wait_for_notifications()     # every committed change's notifications were sent
 
 Call ``buffer_for_transaction`` right before each write (as the client does):
 the call notes which savepoint is current, so that the entries the write
@@ -27,6 +28,7 @@ import logging
 import time
 import weakref
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +91,15 @@ class NotificationBuffer:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def compact(self) -> None:
+        """Fold the entries into one per type (counts summed) and one per id: what
+        :meth:`flush` would send stays the same."""
+        counts, chains, jobs = self.scheduled, self.completed_chains, self.lost_jobs
+        self.clear()
+        self._entries.extend((_SCHEDULED, key, count) for key, count in counts.items())
+        self._entries.extend((_CHAIN_COMPLETED, key, 1) for key in chains)
+        self._entries.extend((_OWNERSHIP_LOST, key, 1) for key in jobs)
 
     @property
     def scheduled(self) -> dict[str, int]:
@@ -192,6 +203,76 @@ async def _send(notify: NotifyAdapter, what: str, call: Any) -> None:
         failures.record(what)
 
 
+# -- sending off the caller's path -----------------------------------------------------
+
+SHUTDOWN_FLUSH_LIMIT = 1.0
+"""Seconds a sender cancelled at shutdown (``asyncio.run`` ending with a client left
+open) still spends sending what committed transactions owe, so that a short script's
+last wakeups are not lost."""
+_MAX_PENDING_ENTRIES = 10_000
+"""Above this many entries a sender's backlog is compacted (counts summed per type,
+ids de-duplicated), so an outage of the notify server cannot grow it without bound."""
+
+
+class _Sender:
+    """Sends the notifications of committed changes to one notify adapter, in commit
+    order, on a task of its own, so a slow or hung notify server never holds up the
+    write that owes them (hints must not hold the application's write path).
+
+    Invariant: at most one send to the adapter is in flight; what commits meanwhile is
+    merged into one backlog buffer and sent by the next round trip, so a burst of
+    commits costs fewer round trips, never more, and order between rounds is kept.
+    """
+
+    def __init__(self, notify: NotifyAdapter) -> None:
+        self._notify = notify
+        self._backlog = NotificationBuffer()
+        self._task: asyncio.Task[None] | None = None
+
+    def send(self, notes: NotificationBuffer) -> None:
+        self._backlog.absorb(notes)
+        if len(self._backlog) > _MAX_PENDING_ENTRIES:
+            self._backlog.compact()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="queuert-notification-sender"
+            )
+            _sender_tasks.add(self._task)
+            self._task.add_done_callback(_sender_tasks.discard)
+
+    async def _run(self) -> None:
+        batch = NotificationBuffer()
+        try:
+            while self._backlog:
+                batch.absorb(self._backlog)
+                await batch.flush(self._notify)
+        except asyncio.CancelledError:
+            # Shutting down (asyncio.run cancels what is left): one bounded last try.
+            batch.absorb(self._backlog)
+            if batch:
+                with suppress(Exception, asyncio.CancelledError):
+                    await asyncio.wait_for(batch.flush(self._notify), SHUTDOWN_FLUSH_LIMIT)
+            raise
+
+
+_senders: weakref.WeakKeyDictionary[NotifyAdapter, _Sender] = weakref.WeakKeyDictionary()
+_sender_tasks: set[asyncio.Task[None]] = set()
+
+
+def send_later(notify: NotifyAdapter, notes: NotificationBuffer) -> None:
+    """Send ``notes`` (already committed) to ``notify`` without waiting for it: queued
+    behind earlier sends to the same adapter, in order, and empties ``notes``."""
+    if not notes:
+        return
+    try:
+        sender = _senders.get(notify)
+        if sender is None:
+            sender = _senders[notify] = _Sender(notify)
+    except TypeError:  # an adapter that cannot be hashed or weakly referenced
+        sender = _Sender(notify)
+    sender.send(notes)
+
+
 # -- after-commit flushing -------------------------------------------------------------
 
 _flush_tasks: set[asyncio.Task[None]] = set()
@@ -201,36 +282,44 @@ def _schedule_flush(buffers: dict[NotifyAdapter, NotificationBuffer]) -> None:
     if not any(buffers.values()):
         return
     try:
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()
     except RuntimeError:
         logger.warning("no running event loop after COMMIT; notifications dropped")
         return
-    task = loop.create_task(_flush_all(buffers), name="queuert-after-commit-flush")
-    _flush_tasks.add(task)
-    task.add_done_callback(_flush_tasks.discard)
+    _send_all(buffers)
 
 
-async def _flush_all(buffers: dict[NotifyAdapter, NotificationBuffer]) -> None:
+def _send_all(buffers: dict[NotifyAdapter, NotificationBuffer]) -> None:
     for notify, buffer in buffers.items():
-        await buffer.flush(notify)
+        send_later(notify, buffer)
 
 
-async def wait_for_notifications() -> None:
-    """Wait until every after-commit flush scheduled so far has finished.
+async def wait_for_notifications(timeout: float | None = None) -> bool:  # noqa: ASYNC109
+    """Wait until every notification owed by a committed change so far has been sent
+    (or its send failed and was logged); ``timeout`` bounds the wait. True when
+    nothing is left to send.
 
     For tests and shutdown: a ``close()`` that calls this never drops the
-    notifications of a transaction that already committed.
+    notifications of a transaction that already committed while the notify server
+    answers.
     """
     loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
     current = asyncio.current_task()
 
     def pending() -> list[asyncio.Task[None]]:
         return [
-            t for t in _flush_tasks if t.get_loop() is loop and t is not current and not t.done()
+            t
+            for t in (*_flush_tasks, *_sender_tasks)
+            if t.get_loop() is loop and t is not current and not t.done()
         ]
 
     while tasks := pending():
-        await asyncio.gather(*tasks, return_exceptions=True)
+        left = None if deadline is None else deadline - loop.time()
+        if left is not None and left <= 0:
+            return False
+        await asyncio.wait(tasks, timeout=left)
+    return True
 
 
 @dataclass(eq=False)
@@ -416,4 +505,4 @@ async def _flush_after_commit(
     if commit.failed or commit.transaction.is_active:
         logger.warning("COMMIT did not succeed; notifications dropped")
         return
-    await _flush_all(buffers)
+    _send_all(buffers)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from queuert_notify.client import Client
+from queuert_notify.client import CLOSE_FLUSH_LIMIT, Client
 from queuert_notify.completion_batcher import BatchWriter, CompletionBatcher, CompletionResult
 from queuert_notify.errors import (
     InvalidInputError,
@@ -328,7 +328,7 @@ class Worker:
             if self._watchdog is not None:
                 await self._watchdog.close()
             # Completions committed in handler sessions publish from after-commit tasks.
-            await wait_for_notifications()
+            await wait_for_notifications(timeout=CLOSE_FLUSH_LIMIT)
             for signum in installed:
                 loop.remove_signal_handler(signum)
             self._stopping = True

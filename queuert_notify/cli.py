@@ -209,11 +209,17 @@ async def _load_worker(target: str) -> Worker:
 @main.command()
 @database_url_option
 @table_prefix_option
-def migrate(database_url: str, table_prefix: str) -> None:
+@click.option(
+    "--adopt",
+    is_flag=True,
+    help="Take over queue tables your application's own Alembic created: check that "
+    "they match this version's schema, then record that version (changes no table).",
+)
+def migrate(database_url: str, table_prefix: str, adopt: bool) -> None:
     """Create or upgrade the queue's tables (idempotent)."""
 
     async def go(state: SqlAlchemyStateAdapter) -> None:
-        await state.migrate()
+        await state.migrate(adopt=adopt)
 
     _run(_with_state(database_url, table_prefix, go))
     _console().print(f"migrated {mask_url(database_url)} (table prefix {table_prefix!r})")

@@ -141,12 +141,15 @@ class SqlAlchemyStateAdapter:
 
     # -- schema ------------------------------------------------------------------------
 
-    async def migrate(self) -> None:
+    async def migrate(self, *, adopt: bool = False) -> None:
         """Create or upgrade the tables to the latest shipped migration.
 
         Idempotent, and safe when several processes run it at once: they take
         turns (Postgres advisory lock, SQLite write lock) and all but the first
-        find nothing to do.
+        find nothing to do. Queue tables created by someone else (the application's
+        own Alembic) are a :class:`ConfigurationError`; with ``adopt`` they are
+        checked against the newest migration and, when they match, taken over by
+        stamping the version table (see docs/databases.md).
         """
         from state_adapters.migrations.runner import upgrade
 
@@ -154,7 +157,7 @@ class SqlAlchemyStateAdapter:
             await dialects.take_migration_lock(
                 connection, f"{self.tables.schema}.{self.tables.table_prefix}"
             )
-            await connection.run_sync(upgrade, self.tables)
+            await connection.run_sync(upgrade, self.tables, adopt=adopt)
 
     # -- starting chains ---------------------------------------------------------------
 

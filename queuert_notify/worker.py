@@ -27,6 +27,7 @@ from queuert_notify.client import Client
 from queuert_notify.completion_batcher import BatchWriter, CompletionBatcher, CompletionResult
 from queuert_notify.connection_loss import retry_on_connection_loss
 from queuert_notify.errors import (
+    ConfigurationError,
     InvalidInputError,
     JobOwnershipLostError,
     NotifyAdapterClosedError,
@@ -273,6 +274,7 @@ class Worker:
         try:
             await self.client.connect()
             self._check_pool_size()
+            await self._check_tables()
             # Optional (the SQL adapter has it): claims and completions on connections
             # kept out of the pool while the worker runs.
             holding = getattr(self.client.state, "holding_connections", None)
@@ -334,6 +336,17 @@ class Worker:
             self._stopping = True
             self._done.set()
             logger.info("worker stopped", extra={"worker_id": self.worker_id})
+
+    async def _check_tables(self) -> None:
+        """Raise the state adapter's ConfigurationError at start on a database whose
+        queue tables were never migrated, instead of failing every claim of the loop;
+        anything else (the database is down) is left to the loop, which retries it."""
+        try:
+            await self.client.state.next_due_at(self.type_names)
+        except ConfigurationError:
+            raise
+        except Exception:
+            return
 
     def _check_pool_size(self) -> None:
         engine = getattr(self.client.state, "engine", None)
@@ -539,6 +552,10 @@ class Worker:
                             continue
                         timeout = await self._idle_timeout(acquired=bool(records), claimed=claim)
                 error_backoff = 0.0
+            except ConfigurationError as exc:
+                # Not transient (the tables were dropped): retrying cannot help.
+                logger.error("worker stopped: %s", exc, extra={"worker_id": self.worker_id})
+                raise
             except Exception:
                 error_backoff = min(max(error_backoff * 2, 0.5), _MAX_ERROR_BACKOFF)
                 logger.warning(

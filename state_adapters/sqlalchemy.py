@@ -38,7 +38,7 @@ from queuert_notify.errors import (
     JobOwnershipLostError,
 )
 from queuert_notify.hooks import NotificationBuffer
-from state_adapters import dialects
+from state_adapters import dialects, missing_tables
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
 from state_adapters.compiled import CompiledStatement
 from state_adapters.connection_lanes import ConnectionLanes
@@ -129,6 +129,7 @@ class SqlAlchemyStateAdapter:
         self.engine = engine
         self.tables = make_tables(table_prefix, schema)
         self.metadata = self.tables.metadata
+        missing_tables.watch(engine, self.tables)
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self._postgres = dialects.is_postgres(engine)

@@ -1008,14 +1008,22 @@ class Worker:
         exc_info = None if timed_out else exc
         if outcome.status == "pending":
             logger.warning(
-                "job attempt failed; will retry",
+                "job %s (%s) attempt %d failed; will retry: %s",
+                job.id,
+                job.type_name,
+                job.attempt,
+                summary,
                 exc_info=exc_info,
                 extra={**_job_extra(job, self.worker_id), "retry_at": outcome.retry_at},
             )
             self._emit("retried", job, error=summary, retry_at=outcome.retry_at)
         else:
             logger.error(
-                "job failed; no attempts left",
+                "job %s (%s) attempt %d failed; no attempts left: %s",
+                job.id,
+                job.type_name,
+                job.attempt,
+                summary,
                 exc_info=exc_info,
                 extra=_job_extra(job, self.worker_id),
             )

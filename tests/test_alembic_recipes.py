@@ -7,18 +7,17 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import MetaData, text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from queuert_notify.cli import main
 from queuert_notify.errors import ConfigurationError
 from state_adapters import SqlAlchemyStateAdapter, make_metadata
-from tests.queue_helpers import drop_tables
+from tests.queue_helpers import STATE_KINDS
 from tests.test_state_migrations import _start
 
 MODELS = """
@@ -88,21 +87,8 @@ def include_name(name, type_, parent_names):
 """
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path}/app.db"
-    return str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-async def engine(database_url: str, prefix: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(database_url)
-    try:
-        yield engine
-    finally:
-        await drop_tables(engine, f"{prefix}_")
-        await engine.dispose()
+pytest_plugins = ["tests.queue_fixtures"]
+pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
 
 
 def _project(tmp_path: Path, database_url: str, prefix: str, recipe: str) -> Path:

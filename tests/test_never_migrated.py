@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from queuert_notify import Client, ConfigurationError, Worker
 from queuert_notify.cli import main
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from state_adapters import SqlAlchemyStateAdapter
-from tests.queue_helpers import drop_tables, wait_until
+from tests.queue_helpers import STATE_KINDS, drop_tables, wait_until
 
 
 def _expected(prefix: str, table: str) -> str:
@@ -31,25 +31,13 @@ def _expected(prefix: str, table: str) -> str:
     )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path}/jobs.db"
-    return str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-async def engine(database_url: str, prefix: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(database_url)
-    try:
-        yield engine
-    finally:
-        await drop_tables(engine, f"{prefix}_")
-        await engine.dispose()
+pytest_plugins = ["tests.queue_fixtures"]
+pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
 
 
 @pytest.fixture
 async def client(engine: AsyncEngine, prefix: str) -> AsyncIterator[Client]:
+    """A client on tables that were never migrated (the engine fixture drops any left)."""
     state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
     async with Client(state=state, notify=InProcessNotifyAdapter()) as client:
         yield client

@@ -61,6 +61,8 @@ _RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
 _MAX_ERROR_TEXT = 8000
 _RENEW_RETRY = 0.25
 """Seconds at most between a failed lease renewal and the next attempt."""
+_NO_SUCH_JOB = "0" * 32
+"""A job id no job has (ids begin with their creation time): the start-up table check."""
 
 
 @dataclass(eq=False)
@@ -339,10 +341,13 @@ class Worker:
 
     async def _check_tables(self) -> None:
         """Raise the state adapter's ConfigurationError at start on a database whose
-        queue tables were never migrated, instead of failing every claim of the loop;
-        anything else (the database is down) is left to the loop, which retries it."""
+        queue tables were never migrated, instead of failing every claim of the loop.
+
+        One primary-key read of the jobs table, for an id no job has (ids begin with
+        their creation time); its JobNotFoundError means the table is there. Anything
+        else (the database is down) is left to the loop, which retries it."""
         try:
-            await self.client.state.next_due_at(self.type_names)
+            await self.client.state.get_job(_NO_SUCH_JOB)
         except ConfigurationError:
             raise
         except Exception:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import json
@@ -11,14 +12,15 @@ import os
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from queuert_notify import log_format as logs
 from queuert_notify.errors import ConfigurationError, QueuertError, mask_url
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ T = TypeVar("T")
 
 DATABASE_URL_ENV = "QUEUERT_DATABASE_URL"
 DEFAULT_TABLE_PREFIX = "queuert_"
+_UNFOLDED_WIDTH = 10_000
 CHAIN_STATUSES = ("blocked", "pending", "running", "completed", "failed", "cancelled")
 
 database_url_option = click.option(
@@ -55,11 +58,7 @@ table_prefix_option = click.option(
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 def main(verbose: bool) -> None:
     """A durable job queue in your own SQL database, woken by notify adapters."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(message)s",
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
-    )
+    logs.configure(logging.INFO if verbose else logging.WARNING)
 
 
 @main.command()
@@ -154,9 +153,18 @@ def _summary_table(report: DemoReport) -> Table:
 
 @main.command("worker")
 @click.argument("target")
-def worker_command(target: str) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.LOG_FORMATS),
+    default="text",
+    show_default=True,
+    help="text: rich on a terminal, plain unwrapped lines elsewhere; json: one object "
+    "per line with the record's extra keys (job_id, type_name, attempt, worker_id).",
+)
+def worker_command(target: str, log_format: logs.LogFormat) -> None:
     """Run the worker TARGET, given as module:attr -- a Worker, or a function (sync or
     async) returning one. SIGTERM/SIGINT drain running jobs, a second one cancels them."""
+    logs.configure(logging.getLogger().level, log_format)
     _run(_run_worker(target))
 
 
@@ -209,14 +217,28 @@ async def _load_worker(target: str) -> Worker:
 @main.command()
 @database_url_option
 @table_prefix_option
-def migrate(database_url: str, table_prefix: str) -> None:
+@click.option(
+    "--adopt",
+    is_flag=True,
+    help="Take over queue tables your application's own Alembic created: check that "
+    "they match this version's schema, then record that version (changes no table).",
+)
+def migrate(database_url: str, table_prefix: str, adopt: bool) -> None:
     """Create or upgrade the queue's tables (idempotent)."""
 
     async def go(state: SqlAlchemyStateAdapter) -> None:
-        await state.migrate()
+        await state.migrate(adopt=adopt)
 
     _run(_with_state(database_url, table_prefix, go))
     _console().print(f"migrated {mask_url(database_url)} (table prefix {table_prefix!r})")
+
+
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON (every field, untruncated; times in ISO 8601 UTC) instead of tables.",
+)
 
 
 @main.group()
@@ -230,8 +252,14 @@ def chains() -> None:
 @click.option("--status", type=click.Choice(CHAIN_STATUSES), default=None)
 @click.option("--type", "type_name", default=None, help="Type name of the chain's first job.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+@json_option
 def chains_list(
-    database_url: str, table_prefix: str, status: str | None, type_name: str | None, limit: int
+    database_url: str,
+    table_prefix: str,
+    status: str | None,
+    type_name: str | None,
+    limit: int,
+    as_json: bool,
 ) -> None:
     """List chains, newest first."""
 
@@ -243,6 +271,10 @@ def chains_list(
         )
 
     page = _run(_with_state(database_url, table_prefix, go))
+    if as_json:
+        chains = [_record(chain) for chain in page.items]
+        click.echo(_json({"chains": chains, "next_cursor": page.next_cursor}))
+        return
     table = Table(title="chains")
     # Ids are what users copy into `chains show`: never wrap or cut them.
     table.add_column("id", no_wrap=True, min_width=max((len(c.id) for c in page.items), default=2))
@@ -266,7 +298,8 @@ def chains_list(
 @database_url_option
 @table_prefix_option
 @click.argument("chain_id")
-def chains_show(database_url: str, table_prefix: str, chain_id: str) -> None:
+@json_option
+def chains_show(database_url: str, table_prefix: str, chain_id: str, as_json: bool) -> None:
     """Show one chain and every job in it."""
 
     async def go(state: SqlAlchemyStateAdapter) -> tuple[Any, Any]:
@@ -275,6 +308,10 @@ def chains_show(database_url: str, table_prefix: str, chain_id: str) -> None:
         return chain, jobs
 
     chain, jobs = _run(_with_state(database_url, table_prefix, go))
+    if as_json:
+        ordered = sorted(jobs.items, key=lambda j: j.chain_index)
+        click.echo(_json({"chain": _record(chain), "jobs": [_record(j) for j in ordered]}))
+        return
     _console().print(
         f"chain [bold]{chain.id}[/] ({chain.type_name}): [bold]{chain.status}[/], "
         f"created {_when(chain.created_at)}, completed {_when(chain.completed_at)}",
@@ -422,7 +459,28 @@ def _run(coro: Awaitable[T]) -> T:
 
 def _console() -> Console:
     # Created per use, so the terminal width (or $COLUMNS) is read when printing.
-    return Console()
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Into a file or a pipe: lines as long as they need, not folded at 80 columns.
+        return Console(width=_UNFOLDED_WIDTH)
+    return console
+
+
+def _record(record: Any) -> dict[str, Any]:
+    """A chain or job record as a dict, without lease tokens (they fence a worker's
+    writes; nobody reading a listing needs them)."""
+    data: dict[str, Any] = dataclasses.asdict(record)
+    for item in (data, data.get("last_job") or {}):
+        item.pop("lease_token", None)
+    return data
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, default=_json_value)
+
+
+def _json_value(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 def _when(moment: Any) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from queuert_notify.client import CLOSE_FLUSH_LIMIT, Client
 from queuert_notify.completion_batcher import BatchWriter, CompletionBatcher, CompletionResult
 from queuert_notify.errors import (
+    ConfigurationError,
     InvalidInputError,
     JobOwnershipLostError,
     NotifyAdapterClosedError,
@@ -60,6 +61,8 @@ _RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
 _MAX_ERROR_TEXT = 8000
 _RENEW_RETRY = 0.25
 """Seconds at most between a failed lease renewal and the next attempt."""
+_NO_SUCH_JOB = "0" * 32
+"""A job id no job has (ids begin with their creation time): the start-up table check."""
 
 
 @dataclass(eq=False)
@@ -273,6 +276,7 @@ class Worker:
         try:
             await self.client.connect()
             self._check_pool_size()
+            await self._check_tables()
             # Optional (the SQL adapter has it): claims and completions on connections
             # kept out of the pool while the worker runs.
             holding = getattr(self.client.state, "holding_connections", None)
@@ -334,6 +338,20 @@ class Worker:
             self._stopping = True
             self._done.set()
             logger.info("worker stopped", extra={"worker_id": self.worker_id})
+
+    async def _check_tables(self) -> None:
+        """Raise the state adapter's ConfigurationError at start on a database whose
+        queue tables were never migrated, instead of failing every claim of the loop.
+
+        One primary-key read of the jobs table, for an id no job has (ids begin with
+        their creation time); its JobNotFoundError means the table is there. Anything
+        else (the database is down) is left to the loop, which retries it."""
+        try:
+            await self.client.state.get_job(_NO_SUCH_JOB)
+        except ConfigurationError:
+            raise
+        except Exception:
+            return
 
     def _check_pool_size(self) -> None:
         engine = getattr(self.client.state, "engine", None)
@@ -539,6 +557,10 @@ class Worker:
                             continue
                         timeout = await self._idle_timeout(acquired=bool(records), claimed=claim)
                 error_backoff = 0.0
+            except ConfigurationError as exc:
+                # Not transient (the tables were dropped): retrying cannot help.
+                logger.error("worker stopped: %s", exc, extra={"worker_id": self.worker_id})
+                raise
             except Exception:
                 error_backoff = min(max(error_backoff * 2, 0.5), _MAX_ERROR_BACKOFF)
                 logger.warning(
@@ -991,14 +1013,22 @@ class Worker:
         exc_info = None if timed_out else exc
         if outcome.status == "pending":
             logger.warning(
-                "job attempt failed; will retry",
+                "job %s (%s) attempt %d failed; will retry: %s",
+                job.id,
+                job.type_name,
+                job.attempt,
+                summary,
                 exc_info=exc_info,
                 extra={**_job_extra(job, self.worker_id), "retry_at": outcome.retry_at},
             )
             self._emit("retried", job, error=summary, retry_at=outcome.retry_at)
         else:
             logger.error(
-                "job failed; no attempts left",
+                "job %s (%s) attempt %d failed; no attempts left: %s",
+                job.id,
+                job.type_name,
+                job.attempt,
+                summary,
                 exc_info=exc_info,
                 extra=_job_extra(job, self.worker_id),
             )

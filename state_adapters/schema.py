@@ -25,6 +25,7 @@ Tables (``{prefix}`` defaults to ``queuert_``):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -123,8 +124,20 @@ class Tables:
         return f"{self.table_prefix}alembic_version"
 
 
-def make_tables(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = None) -> Tables:
-    """Build the tables for ``table_prefix`` (and optional ``schema``) on a new MetaData."""
+def ddl_timestamp() -> TypeEngine[datetime]:
+    """The column type :class:`UtcDateTime` stores, as SQLAlchemy's own type: the same
+    DDL (``timestamptz`` on Postgres, ``DATETIME`` on SQLite) without the conversions."""
+    return DateTime(timezone=True)
+
+
+def make_tables(
+    table_prefix: str = DEFAULT_TABLE_PREFIX,
+    schema: str | None = None,
+    *,
+    timestamp: Callable[[], TypeEngine[datetime]] = UtcDateTime,
+) -> Tables:
+    """Build the tables for ``table_prefix`` (and optional ``schema``) on a new MetaData,
+    with ``timestamp()`` as the type of every time column."""
     p = check_table_prefix(table_prefix)
     metadata = MetaData(schema=schema)
     pending = text("status = 'pending'")
@@ -134,8 +147,8 @@ def make_tables(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = N
         metadata,
         Column("id", String(ID_LENGTH), primary_key=True),
         Column("type_name", String(TYPE_NAME_LENGTH), nullable=False),
-        Column("created_at", UtcDateTime(), nullable=False),
-        Column("completed_at", UtcDateTime(), nullable=True),
+        Column("created_at", timestamp(), nullable=False),
+        Column("completed_at", timestamp(), nullable=True),
         Column("has_dependents", Boolean, nullable=False),
         Column("dedup_key", String(DEDUP_KEY_LENGTH), nullable=True),
         Index(f"{p}chains_type_ix", "type_name", "id"),
@@ -152,15 +165,15 @@ def make_tables(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = N
         Column("progress", json_type(), nullable=True),
         Column("status", String(STATUS_LENGTH), nullable=False),
         Column("priority", Integer, nullable=False),
-        Column("created_at", UtcDateTime(), nullable=False),
-        Column("scheduled_at", UtcDateTime(), nullable=False),
-        Column("completed_at", UtcDateTime(), nullable=True),
+        Column("created_at", timestamp(), nullable=False),
+        Column("scheduled_at", timestamp(), nullable=False),
+        Column("completed_at", timestamp(), nullable=True),
         Column("attempt", Integer, nullable=False),
         Column("max_attempts", Integer, nullable=True),
         Column("last_error", Text, nullable=True),
         Column("leased_by", String(WORKER_ID_LENGTH), nullable=True),
         Column("lease_token", String(ID_LENGTH), nullable=True),
-        Column("leased_until", UtcDateTime(), nullable=True),
+        Column("leased_until", timestamp(), nullable=True),
         Column("deduplication_key", String(DEDUP_KEY_LENGTH), nullable=True),
         Column("blockers_pending", Integer, nullable=False),
         UniqueConstraint("chain_id", "chain_index", name=f"{p}jobs_chain_uq"),
@@ -205,7 +218,7 @@ def make_tables(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = N
         Column("type_name", String(TYPE_NAME_LENGTH), nullable=False),
         Column("dedup_key", String(DEDUP_KEY_LENGTH), nullable=False),
         Column("chain_id", String(ID_LENGTH), nullable=False),
-        Column("created_at", UtcDateTime(), nullable=False),
+        Column("created_at", timestamp(), nullable=False),
         PrimaryKeyConstraint("type_name", "dedup_key", name=f"{p}dedup_keys_pk"),
         Index(f"{p}dedup_keys_chain_ix", "chain_id"),
     )
@@ -214,8 +227,14 @@ def make_tables(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = N
 
 def make_metadata(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = None) -> MetaData:
     """A MetaData holding the queue's tables under ``table_prefix`` and ``schema``,
-    e.g. for an application's Alembic ``include_object`` filter or ``target_metadata``."""
-    return make_tables(table_prefix, schema).metadata
+    e.g. for an application's Alembic ``include_name`` filter or ``target_metadata``.
+
+    Its columns have SQLAlchemy's own types only (time columns are
+    ``DateTime(timezone=True)``, the DDL of the adapter's :class:`UtcDateTime`), so a
+    revision Alembic autogenerates from it imports nothing from this package and
+    creates exactly the tables ``migrate()`` creates.
+    """
+    return make_tables(table_prefix, schema, timestamp=ddl_timestamp).metadata
 
 
 metadata: MetaData = make_metadata()

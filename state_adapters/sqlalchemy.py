@@ -38,7 +38,7 @@ from queuert_notify.errors import (
     JobOwnershipLostError,
 )
 from queuert_notify.hooks import NotificationBuffer
-from state_adapters import dialects
+from state_adapters import dialects, missing_tables
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
 from state_adapters.compiled import CompiledStatement
 from state_adapters.connection_lanes import lanes_for
@@ -129,6 +129,7 @@ class SqlAlchemyStateAdapter:
         self.engine = engine
         self.tables = make_tables(table_prefix, schema)
         self.metadata = self.tables.metadata
+        missing_tables.watch(engine, self.tables)
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self._postgres = dialects.is_postgres(engine)
@@ -141,12 +142,15 @@ class SqlAlchemyStateAdapter:
 
     # -- schema ------------------------------------------------------------------------
 
-    async def migrate(self) -> None:
+    async def migrate(self, *, adopt: bool = False) -> None:
         """Create or upgrade the tables to the latest shipped migration.
 
         Idempotent, and safe when several processes run it at once: they take
         turns (Postgres advisory lock, SQLite write lock) and all but the first
-        find nothing to do.
+        find nothing to do. Queue tables created by someone else (the application's
+        own Alembic) are a :class:`ConfigurationError`; with ``adopt`` they are
+        checked against the newest migration and, when they match, taken over by
+        stamping the version table (see docs/databases.md).
         """
         from state_adapters.migrations.runner import upgrade
 
@@ -154,7 +158,7 @@ class SqlAlchemyStateAdapter:
             await dialects.take_migration_lock(
                 connection, f"{self.tables.schema}.{self.tables.table_prefix}"
             )
-            await connection.run_sync(upgrade, self.tables)
+            await connection.run_sync(upgrade, self.tables, adopt=adopt)
 
     # -- starting chains ---------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement
 
-from state_adapters import dialects
+from state_adapters import dialects, missing_tables
 from state_adapters.compiled import CompiledStatement
 
 Compile = Callable[[ClauseElement], CompiledStatement]
@@ -84,6 +84,9 @@ class DriverTransaction:
         try:
             return await call()
         except sqlite3.Error as exc:
+            missing = missing_tables.error(self._conn.dialect, exc)
+            if missing is not None:
+                raise missing from None
             raise await _wrapped(self._conn, exc, statement, parameters) from exc
 
 

@@ -4,14 +4,24 @@ Alembic runs with ``script_location = "state_adapters:migrations"`` and a
 version table of the table set's own (``{prefix}alembic_version``), so it never
 touches the application's own Alembic history. The table prefix and schema
 reach the revision scripts as the ``tables`` keyword of ``upgrade()``.
+
+Tables that exist without that version table were created by someone else
+(typically the application's own Alembic, from ``make_metadata``): they are
+adopted only when asked to, and only when they match the newest revision.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from alembic import command
+from alembic.autogenerate import compare_metadata
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
+from queuert_notify.errors import ConfigurationError
 from state_adapters.schema import Tables
 
 SCRIPT_LOCATION = "state_adapters:migrations"
@@ -26,7 +36,63 @@ def config_for(connection: Connection, tables: Tables) -> Config:
     return config
 
 
-def upgrade(connection: Connection, tables: Tables) -> None:
+def upgrade(connection: Connection, tables: Tables, *, adopt: bool = False) -> None:
     """Bring ``tables`` to the newest revision inside the connection's transaction
-    (which the caller commits); a no-op when they are already there."""
-    command.upgrade(config_for(connection, tables), "head")
+    (which the caller commits); a no-op when they are already there.
+
+    Queue tables that exist without the version table raise
+    :class:`ConfigurationError`, unless ``adopt``: then, if they match the newest
+    revision exactly, the version table is created and stamped with it and nothing
+    else changes; if they differ, the differences are the error.
+    """
+    config = config_for(connection, tables)
+    db = inspect(connection)
+    if not db.has_table(tables.version_table, schema=tables.schema):
+        found = sorted(
+            t.name for t in tables.metadata.sorted_tables if db.has_table(t.name, schema=t.schema)
+        )
+        if found and not adopt:
+            raise ConfigurationError(
+                f"the queue's tables {', '.join(found)} exist but migrate() did not create "
+                f"them (there is no {tables.version_table} table); if your application's "
+                "Alembic created them, run `queuert-notify migrate --adopt` (or "
+                "`await state.migrate(adopt=True)`) once to check and take them over"
+            )
+        if found:
+            differences = schema_differences(connection, tables)
+            if differences:
+                raise ConfigurationError(
+                    f"cannot adopt the queue's tables: they differ from this version's "
+                    f"schema ({'; '.join(differences)}); bring them in line first"
+                )
+            command.stamp(config, "head")
+            return
+    command.upgrade(config, "head")
+
+
+def schema_differences(connection: Connection, tables: Tables) -> list[str]:
+    """What Alembic's autogenerate would change to turn the database's queue tables
+    into ``tables`` (types included), one short line per change; empty when equal."""
+    ours = {t.name for t in tables.metadata.sorted_tables}
+
+    def include_name(name: str | None, kind: str, _parents: Any) -> bool:
+        if kind == "schema":
+            return name == tables.schema
+        return kind != "table" or name in ours
+
+    context = MigrationContext.configure(
+        connection,
+        opts={
+            "compare_type": True,
+            "include_schemas": tables.schema is not None,
+            "include_name": include_name,
+        },
+    )
+    return [_describe(diff) for diff in compare_metadata(context, tables.metadata)]
+
+
+def _describe(diff: Any) -> str:
+    # A diff is (kind, *objects), or a list of them for the changes of one column.
+    first = diff[0] if isinstance(diff, list) else diff
+    names = [str(getattr(part, "name", part)) for part in first[1:] if part is not None]
+    return " ".join([first[0], *names[:3]])

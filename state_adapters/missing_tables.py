@@ -1,0 +1,67 @@
+"""A database whose queue tables were never migrated: one line that says so.
+
+Without this, the first statement on such a database raises the driver's raw
+"relation does not exist" (Postgres ``42P01``) or "no such table" (SQLite),
+with the statement's SQL attached. :func:`watch` turns exactly those errors,
+when they name one of the watched queue tables, into a
+:class:`ConfigurationError` that says to run ``migrate()``; any other error,
+and a missing table of the application's own, passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+
+from sqlalchemy import event
+from sqlalchemy.engine import Dialect, ExceptionContext
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from queuert_notify.errors import ConfigurationError
+from state_adapters.schema import Tables
+
+_UNDEFINED_TABLE = "42P01"
+_POSTGRES_NAME = re.compile(r'relation "([^"]+)" does not exist')
+_SQLITE_NAME = re.compile(r"no such table: (\S+)")
+# Queue table name -> its table prefix, per engine (keyed by its dialect, which the
+# engine's execution-option views share).
+_WATCHED: weakref.WeakKeyDictionary[Dialect, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def watch(engine: AsyncEngine, tables: Tables) -> None:
+    """From now on, a statement on ``engine`` that fails because one of ``tables`` does
+    not exist raises :func:`error`'s ConfigurationError instead (idempotent)."""
+    sync_engine = engine.sync_engine
+    names = _WATCHED.setdefault(sync_engine.dialect, {})
+    names.update((table.name, tables.table_prefix) for table in tables.metadata.sorted_tables)
+    if not event.contains(sync_engine, "handle_error", _on_error):
+        event.listen(sync_engine, "handle_error", _on_error)
+
+
+def error(dialect: Dialect, exc: BaseException) -> ConfigurationError | None:
+    """The ConfigurationError for ``exc`` (a driver error) when it says that a watched
+    queue table does not exist; None for every other error."""
+    if dialect.name == "postgresql" and getattr(exc, "sqlstate", None) == _UNDEFINED_TABLE:
+        match = _POSTGRES_NAME.search(str(exc))
+    elif dialect.name == "sqlite":
+        match = _SQLITE_NAME.search(str(exc))
+    else:
+        return None
+    if match is None:
+        return None
+    name = match.group(1).rpartition(".")[2]  # without the schema
+    prefix = _WATCHED.get(dialect, {}).get(name)
+    if prefix is None:
+        return None
+    return ConfigurationError(
+        f"the queue's table {name} does not exist: this database was never migrated for "
+        f"table prefix {prefix!r}; run `await state.migrate()` or `queuert-notify migrate "
+        f"--database-url URL --table-prefix {prefix}` first"
+    )
+
+
+def _on_error(context: ExceptionContext) -> None:
+    missing = error(context.dialect, context.original_exception)
+    if missing is not None:
+        # Raised here, it replaces SQLAlchemy's error (SQL and parameters included).
+        raise missing

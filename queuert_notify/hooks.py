@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from collections.abc import Iterable
 from contextlib import suppress
@@ -34,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from queuert_notify.outage_log import OutageLog
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, ExceptionContext, NestedTransaction, RootTransaction
@@ -158,49 +159,24 @@ class NotificationBuffer:
                 return
 
 
-FAILURE_WARNING_INTERVAL = 10.0
-"""While sends to one adapter keep failing (an outage), at most one warning per this
-many seconds; the failures in between are counted in the next one and logged at DEBUG."""
-
-
-@dataclass
-class _SendFailures:
-    """Failed sends since the last warning, so an outage costs one log line per
-    interval instead of a traceback per notification (which would cost more CPU than
-    the jobs themselves)."""
-
-    unreported: int = 0
-    last_warning: float = float("-inf")
-
-    def record(self, what: str) -> None:
-        now = time.monotonic()
-        if now - self.last_warning < FAILURE_WARNING_INTERVAL:
-            self.unreported += 1
-            logger.debug("sending a notification failed", exc_info=True)
-            return
-        since = f" ({self.unreported} more since the last warning)" if self.unreported else ""
-        logger.warning(
-            "sending a notification failed%s; workers will find the change on their next poll",
-            since,
-            exc_info=True,
-            extra={"notification": what},
-        )
-        self.last_warning, self.unreported = now, 0
-
-
-_failures: weakref.WeakKeyDictionary[NotifyAdapter, _SendFailures] = weakref.WeakKeyDictionary()
-_failures_of_unhashable = _SendFailures()
+_outages: weakref.WeakKeyDictionary[NotifyAdapter, OutageLog] = weakref.WeakKeyDictionary()
+_outage_of_unhashable = OutageLog(logger, "sending a notification")
+_POLL_INSTEAD = "workers will find the change on their next poll"
 
 
 async def _send(notify: NotifyAdapter, what: str, call: Any) -> None:
     try:
+        outage = _outages.get(notify)
+        if outage is None:
+            outage = _outages[notify] = OutageLog(logger, "sending a notification")
+    except TypeError:  # an adapter that cannot be hashed or weakly referenced
+        outage = _outage_of_unhashable
+    try:
         await call
     except Exception:
-        try:
-            failures = _failures.setdefault(notify, _SendFailures())
-        except TypeError:  # an adapter that cannot be hashed or weakly referenced
-            failures = _failures_of_unhashable
-        failures.record(what)
+        outage.failed(_POLL_INSTEAD, notification=what)
+    else:
+        outage.succeeded()
 
 
 # -- sending off the caller's path -----------------------------------------------------

@@ -40,6 +40,7 @@ from queuert_notify.hooks import (
 from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
+from queuert_notify.outage_log import OutageLog
 from queuert_notify.validation import check_json
 from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.protocol import Completion, ContinueWith, JobRecord
@@ -202,6 +203,7 @@ class Worker:
         self._started = asyncio.Event()
         self._done = asyncio.Event()
         self._hint_tasks: set[asyncio.Task[None]] = set()
+        self._hint_outage = OutageLog(logger, "consume_wake_hint")
         self._resubscriber: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
         self._batcher: CompletionBatcher | None = None
@@ -483,15 +485,13 @@ class Worker:
 
     async def _hint_granted(self, type_name: str) -> bool:
         try:
-            return await self.client.notify.consume_wake_hint(type_name)
+            granted = await self.client.notify.consume_wake_hint(type_name)
         except Exception:
             # Wake rather than miss: an unknown budget means someone may be waiting.
-            logger.warning(
-                "consume_wake_hint failed; waking anyway",
-                exc_info=True,
-                extra={"worker_id": self.worker_id, "type_name": type_name},
-            )
+            self._hint_outage.failed("waking anyway", worker_id=self.worker_id, type_name=type_name)
             return True
+        self._hint_outage.succeeded()
+        return granted
 
     def _on_reconnect(self) -> None:
         # Notifications may have been missed while the transport was down: poll now.

@@ -1,0 +1,56 @@
+"""Logging a dependency that keeps failing, once per outage rather than once per call."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+WARNING_INTERVAL = 10.0
+"""While calls keep failing, at most one warning per this many seconds; the failures in
+between are counted in the next one and logged at DEBUG."""
+
+
+class OutageLog:
+    """Logs the failures of one kind of call to one dependency (a notify server) so an
+    outage costs a few log lines instead of a traceback per call, which would cost more
+    CPU than the jobs themselves.
+
+    Invariant: at most one WARNING per :data:`WARNING_INTERVAL` while calls fail (the
+    first failure of an outage is always warned about, with its traceback); the first
+    success after a warning logs one INFO line saying the calls work again.
+    """
+
+    __slots__ = ("_last_warning", "_logger", "_outage", "_unreported", "_what")
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self._logger = logger
+        self._what = what
+        self._unreported = 0
+        self._last_warning = float("-inf")
+        self._outage = False
+
+    def failed(self, consequence: str, **extra: Any) -> None:
+        """Record a failure of the call (from inside the ``except`` block)."""
+        now = time.monotonic()
+        if now - self._last_warning < WARNING_INTERVAL:
+            self._unreported += 1
+            self._logger.debug("%s failed", self._what, exc_info=True, extra=extra)
+            return
+        since = f" ({self._unreported} more since the last warning)" if self._unreported else ""
+        self._logger.warning(
+            "%s failed%s; %s",
+            self._what,
+            since,
+            consequence,
+            exc_info=not self._outage,
+            extra=extra,
+        )
+        self._last_warning, self._unreported, self._outage = now, 0, True
+
+    def succeeded(self) -> None:
+        """Record a success: ends the outage, if there was one."""
+        if self._outage:
+            self._outage = False
+            self._last_warning, self._unreported = float("-inf"), 0
+            self._logger.info("%s works again", self._what)

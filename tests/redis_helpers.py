@@ -4,6 +4,8 @@ for subscribers the server itself counts."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -30,3 +32,16 @@ async def wait_for_subscribers(url: str, channel: str, count: int, within: float
                 await asyncio.sleep(0.05)
     finally:
         await admin.aclose()
+
+
+async def poison_redis_budget(
+    client: Any, key_of: Callable[[str], str], type_name: str, kind: str
+) -> None:
+    """Store what a stranger or a bug might as the wake budget of ``type_name``: a string
+    that is no integer ("text"), or a list ("list"); neither has a TTL."""
+    key = key_of(type_name)
+    await client.delete(key)
+    if kind == "text":
+        await client.set(key, "not-a-number")
+    else:
+        await client.rpush(key, "1", "2")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 
 import pytest
+from redis.asyncio import Redis
 
 from queuert_notify import InProcessNotifyAdapter, NoopNotifyAdapter, RedisNotifyAdapter
+from queuert_notify.notify.redis import hint_key
 from queuert_notify.testing import NotifyAdapterConformance
-from tests.redis_helpers import delete_prefix
+from queuert_notify.testing.notify_conformance import PoisonBudget
+from tests.redis_helpers import delete_prefix, poison_redis_budget
 
 
 class TestInProcessNotifyAdapter(NotifyAdapterConformance):
@@ -34,6 +38,12 @@ class TestRedisNotifyAdapter(NotifyAdapterConformance):
         async with RedisNotifyAdapter(redis_url, prefix=prefix) as adapter:
             yield adapter
         await delete_prefix(redis_url, prefix)
+
+    @pytest.fixture
+    async def poison_wake_budget(self, redis_url: str, prefix: str) -> AsyncIterator[PoisonBudget]:
+        client = Redis.from_url(redis_url)
+        yield partial(poison_redis_budget, client, lambda t: hint_key(prefix, t))
+        await client.aclose()
 
     @pytest.fixture
     async def peer_adapter(self, redis_url: str, prefix: str) -> AsyncIterator[RedisNotifyAdapter]:

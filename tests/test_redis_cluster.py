@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 
 import pytest
 from redis.asyncio import Redis
@@ -21,7 +22,9 @@ from queuert_notify import ConfigurationError, RedisNotifyAdapter
 from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES
 from queuert_notify.notify.redis_cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
+from queuert_notify.testing.notify_conformance import PoisonBudget
 from tests.redis_cluster import LocalRedisCluster
+from tests.redis_helpers import poison_redis_budget
 from tests.services import free_port
 
 
@@ -57,6 +60,14 @@ class TestRedisClusterNotifyAdapter(NotifyAdapterConformance):
     ) -> AsyncIterator[RedisNotifyAdapter]:
         async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as adapter:
             yield adapter
+
+    @pytest.fixture
+    async def poison_wake_budget(
+        self, cluster: LocalRedisCluster, prefix: str
+    ) -> AsyncIterator[PoisonBudget]:
+        client = RedisCluster.from_url(cluster.url)
+        yield partial(poison_redis_budget, client, lambda t: cluster_hint_key(prefix, t))
+        await client.aclose()
 
     @pytest.fixture
     async def peer_adapter(

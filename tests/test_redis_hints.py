@@ -115,7 +115,8 @@ async def test_notify_jobs_scheduled_is_one_round_trip(
     ran.pop("info")
     assert {name: n for name, n in ran.items() if n} == {
         "evalsha": 1,  # the only command sent
-        "incrby": 3,  # ... and what it ran inside Redis
+        "type": 3,  # ... and what it ran inside Redis: a look at each budget's type,
+        "incrby": 3,
         "expire": 3,
         "publish": 3,
     }
@@ -137,3 +138,15 @@ async def test_concurrent_providers_add_up(redis_url: str, prefix: str, redis: R
             *(two.notify_jobs_scheduled({"t": 3}) for _ in range(5)),
         )
         assert await redis.get(hint_key(prefix, "t")) == b"30"
+
+
+async def test_an_exhausted_budget_without_expiry_gets_its_expiry_back(
+    redis_url: str, prefix: str, redis: Redis
+) -> None:
+    """A budget someone set without a TTL would otherwise answer "exhausted" forever and
+    silence its type's wakeups for good."""
+    key = hint_key(prefix, "t")
+    await redis.set(key, "0")
+    async with RedisNotifyAdapter(redis_url, prefix=prefix) as adapter:
+        assert await adapter.consume_wake_hint("t") is False
+    assert 0 < await redis.ttl(key) <= 60

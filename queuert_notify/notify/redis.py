@@ -63,7 +63,12 @@ _POOL_INTERNAL_KWARGS = ("himport_registry", "event_dispatcher", "redis_connect_
 
 
 def _lua(name: str) -> str:
-    return (files("queuert_notify.notify") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+    """The script ``lua/{name}.lua`` behind the budget prelude (``lua/budget.lua``) every
+    wake-budget script shares."""
+    folder = files("queuert_notify.notify") / "lua"
+    return "".join(
+        (folder / f"{part}.lua").read_text(encoding="utf-8") for part in ("budget", name)
+    )
 
 
 _PROVIDE_WAKE_HINT = _lua("provide_wake_hint")
@@ -332,7 +337,7 @@ class RedisServerTransport(ChannelNotifyAdapter):
         """Take one unit; True when taken or when no budget exists, False when exhausted."""
         key = hint_key(self._prefix, encode_payload("type name", type_name))
         await self._ready_to_send()
-        taken = await self._consume_script(keys=[key])
+        taken = await self._consume_script(keys=[key], args=[HINT_TTL_SECONDS])
         return bool(taken)
 
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:

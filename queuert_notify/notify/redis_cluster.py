@@ -205,7 +205,7 @@ class RedisClusterTransport(ChannelNotifyAdapter):
     async def consume_wake_hint(self, type_name: str) -> bool:
         key = cluster_hint_key(self._prefix, encode_payload("type name", type_name))
         await self._ready()
-        taken = await self._consume_script(keys=[key])
+        taken = await self._consume_script(keys=[key], args=[HINT_TTL_SECONDS])
         return bool(taken)
 
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:

@@ -80,6 +80,10 @@ class Recorder:
             )
 
 
+PoisonBudget = Callable[[str, str], Awaitable[None]]
+"""``poison(type_name, kind)``: see :meth:`NotifyAdapterConformance.poison_wake_budget`."""
+
+
 class NotifyAdapterConformance:
     """Base class of the notify-adapter conformance tests (not collected by itself)."""
 
@@ -100,6 +104,15 @@ class NotifyAdapterConformance:
     async def peer_adapter(self, adapter: NotifyAdapter) -> AsyncIterator[NotifyAdapter]:
         """Override: yield a second connected adapter on the same transport."""
         yield adapter
+
+    @pytest_asyncio.fixture
+    async def poison_wake_budget(self) -> AsyncIterator[PoisonBudget]:
+        """Override (adapters whose budgets are stored where others can write them):
+        yield ``poison(type_name, kind)`` that stores, as the budget of ``type_name``,
+        what a stranger or a bug might: ``kind`` "text" (a string that is no integer)
+        or "list" (a value of another type)."""
+        pytest.skip("this adapter does not say how its stored budgets could be poisoned")
+        yield  # pragma: no cover
 
     # -- delivery ------------------------------------------------------------
 
@@ -438,6 +451,42 @@ class NotifyAdapterConformance:
             assert (firsts, seconds) == ([True, True, False], [True, False])
         else:
             assert (firsts, seconds) == ([True] * 3, [True] * 2)
+
+    @pytest.mark.parametrize("poison", ["text", "list"])
+    async def test_a_poisoned_budget_is_replaced_and_its_announcement_still_goes_out(
+        self,
+        adapter: NotifyAdapter,
+        peer_adapter: NotifyAdapter,
+        poison_wake_budget: PoisonBudget,
+        poison: str,
+    ) -> None:
+        self._requires_hints()
+        type_name = _unique("type")
+        await poison_wake_budget(type_name, poison)
+        rec = Recorder()
+        await adapter.listen_job_scheduled([type_name], rec)
+
+        await peer_adapter.notify_jobs_scheduled({type_name: 2})
+
+        if self.delivers:
+            await rec.wait_for(1, self.delivery_timeout)
+        assert [await adapter.consume_wake_hint(type_name) for _ in range(3)] == [
+            True,
+            True,
+            False,
+        ]
+
+    @pytest.mark.parametrize("poison", ["text", "list"])
+    async def test_a_poisoned_budget_wakes_its_consumer_and_a_provide_repairs_it(
+        self, adapter: NotifyAdapter, poison_wake_budget: PoisonBudget, poison: str
+    ) -> None:
+        self._requires_hints()
+        type_name = _unique("type")
+        await poison_wake_budget(type_name, poison)
+
+        assert await adapter.consume_wake_hint(type_name) is True, "wake rather than miss"
+        await adapter.provide_wake_hint(type_name, 1)
+        assert [await adapter.consume_wake_hint(type_name) for _ in range(2)] == [True, False]
 
     async def test_an_adapter_without_hints_always_grants_a_wake(
         self, adapter: NotifyAdapter

@@ -8,8 +8,10 @@
 -- ARGV[2i + 2]  units to add to the i-th budget (integer > 0)
 --
 -- Returns the number of types announced. Budgets are written before any
--- PUBLISH so a woken listener always finds its budget.
+-- PUBLISH so a woken listener always finds its budget; a value that is not a
+-- usable budget is replaced, so the announcement always goes out.
 for i, key in ipairs(KEYS) do
+  usable_budget(key)
   redis.call('INCRBY', key, ARGV[2 * i + 2])
   redis.call('EXPIRE', key, ARGV[2])
 end

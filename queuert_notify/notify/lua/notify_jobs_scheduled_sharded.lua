@@ -11,8 +11,10 @@
 -- ARGV[3i + 1]  units to add to the i-th budget (integer > 0)
 --
 -- Returns the number of types announced. Budgets are written before any
--- SPUBLISH so a woken listener always finds its budget.
+-- SPUBLISH so a woken listener always finds its budget; a value that is not a
+-- usable budget is replaced, so the announcement always goes out.
 for i, key in ipairs(KEYS) do
+  usable_budget(key)
   redis.call('INCRBY', key, ARGV[3 * i + 1])
   redis.call('EXPIRE', key, ARGV[1])
 end

@@ -40,9 +40,9 @@ from benchmarks import runner, services, stacks
 from benchmarks.drain import fill
 from queuert_notify.client import ChainSpec
 from queuert_notify.events import WorkerEvent
-from queuert_notify.hooks import wait_for_notifications
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
+from state_adapters.notifications import wait_for_notifications
 
 NAME = "redis-cost"
 HELP = "Redis round trips per committed transaction (1 and 3 job types) and per drained job"

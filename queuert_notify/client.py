@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.exc import IntegrityError
-
 from queuert_notify.errors import (
     ChainNotFoundError,
     ConfigurationError,
@@ -25,16 +23,12 @@ from queuert_notify.errors import (
     NotifyAdapterClosedError,
     WaitChainTimeoutError,
 )
-from queuert_notify.hooks import (
-    NotificationBuffer,
-    buffer_for_transaction,
-    send_later,
-    wait_for_notifications,
-)
 from queuert_notify.notify.protocol import NotifyAdapter
-from queuert_notify.validation import check_json, new_chain, new_job
+from state_adapters.after_commit import buffer_for_transaction
 from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.ids import new_id
+from state_adapters.lost_commit import start_again
+from state_adapters.notifications import NotificationBuffer, send_later, wait_for_notifications
 from state_adapters.protocol import (
     FINAL_STATUSES,
     ChainRecord,
@@ -46,11 +40,10 @@ from state_adapters.protocol import (
     StartedChain,
     StateAdapter,
 )
+from state_adapters.validation import check_json, new_chain, new_job
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-    CallerSession = AsyncSession | AsyncConnection | None
+    from state_adapters.protocol import CallerSession
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +206,8 @@ class Client:
         covers the whole batch. Chain ids are made here, before the first attempt, so a
         start repeated after a lost connection first reads whether the lost attempt
         committed and then returns its chains instead of starting them twice (see
-        :meth:`_start_again`); on the happy path that costs nothing.
+        :func:`state_adapters.lost_commit.start_again`); on the happy path that costs
+        nothing.
         """
         if isinstance(specs, ChainSpec):
             raise InvalidInputError("start_chains takes a list of ChainSpec; use start_chain")
@@ -227,67 +221,8 @@ class Client:
         return await self._write(
             session,
             lambda notes: self.state.start_chains(chains, notes=notes, session=session),
-            again=lambda notes: self._start_again(chains, notes),
+            again=lambda notes: start_again(self.state, chains, notes),
         )
-
-    async def _start_again(
-        self, chains: Sequence[NewChain], notes: NotificationBuffer
-    ) -> list[StartedChain]:
-        """Repeat a start whose connection was lost, starting no chain twice.
-
-        The chains keep the ids the lost attempt used, and that attempt wrote every
-        chain it created in one transaction: all of them are stored (its COMMIT
-        succeeded) or none is. One read by id tells which: none found, start them now
-        under the same ids; found, return what the lost attempt returned.
-        """
-        answer = await self._answer_of_lost_start(chains, notes)
-        if answer is not None:
-            return answer
-        try:
-            return await self.state.start_chains(chains, notes=notes)
-        except IntegrityError:
-            # Our ids are taken: the lost attempt's COMMIT reached the server only after
-            # the read above (a proxy kept it going), and the insert waited for it.
-            answer = await self._answer_of_lost_start(chains, notes)
-            if answer is None:
-                raise
-            return answer
-
-    async def _answer_of_lost_start(
-        self, chains: Sequence[NewChain], notes: NotificationBuffer
-    ) -> list[StartedChain] | None:
-        """What a start whose COMMIT succeeded unseen returned, or ``None`` when none of
-        its chains is stored (it did not commit, or it only deduplicated).
-
-        A chain it created is returned with ``deduplicated=False``, and its wakeup,
-        lost with the connection, is owed again while the job is pending. A chain it
-        did not create had a dedup key and was deduplicated: that key is asked again,
-        which returns the chain holding it now (the one the lost attempt returned,
-        unless that chain finished or was deleted meanwhile).
-        """
-        stored = {
-            chain.id: chain for chain in await self.state.get_chains([c.id for c in chains if c.id])
-        }
-        if not stored:
-            return None
-        logger.info(
-            "a start lost its connection after its COMMIT succeeded; returning its chains",
-            extra={"chain_ids": list(stored)},
-        )
-        for chain in stored.values():
-            if chain.status == "pending":
-                notes.job_scheduled(chain.last_job.type_name)
-        deduplicated = [c for c in chains if c.id not in stored and c.dedup_key is not None]
-        asked_again = iter(
-            await self.state.start_chains(deduplicated, notes=notes) if deduplicated else ()
-        )
-        # A chain without a dedup key that is not stored was created and deleted since.
-        return [
-            StartedChain(str(chain.id), chain.job.type_name, deduplicated=False)
-            if chain.id in stored or chain.dedup_key is None
-            else next(asked_again)
-            for chain in chains
-        ]
 
     # -- waiting ---------------------------------------------------------------------
 

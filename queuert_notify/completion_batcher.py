@@ -9,7 +9,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from queuert_notify.errors import JobOwnershipLostError
-from queuert_notify.hooks import NotificationBuffer
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import Completion
 
 logger = logging.getLogger(__name__)

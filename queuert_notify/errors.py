@@ -1,80 +1,42 @@
 """Every exception queuert-notify raises on purpose, in one place.
 
-Each message says what went wrong and what to do about it; none carries
-credentials (URLs are shown with their password masked).
+The state layer's own errors are defined in :mod:`state_adapters.errors` (it never
+imports this package) and re-exported here; the notify adapters' and the client's
+are defined here. Each message says what went wrong and what to do about it; none
+carries credentials (URLs are shown with their password masked).
 """
 
 from __future__ import annotations
 
-import re
-
-
-class QueuertError(Exception):
-    """Base class of every error raised by queuert-notify."""
-
-
-class ConfigurationError(QueuertError):
-    """A setting is wrong: bad URL or scheme, bad prefix, unsupported dialect,
-    or a server that does not answer at the address tried."""
+from state_adapters.errors import (
+    ChainInUseError,
+    ChainNotFoundError,
+    ConfigurationError,
+    InvalidInputError,
+    JobNotFoundError,
+    JobOwnershipLostError,
+    QueuertError,
+    mask_url,
+)
 
 
 class NotifyAdapterClosedError(QueuertError):
     """A notify adapter was used after ``close()``; create a new adapter."""
 
 
-class JobOwnershipLostError(QueuertError):
-    """This worker no longer owns the job: its lease expired and was reaped,
-    the job was cancelled or completed elsewhere. The write was not applied."""
-
-
-class ChainNotFoundError(QueuertError):
-    """No chain with that id exists (never created, or deleted)."""
-
-
-class JobNotFoundError(QueuertError):
-    """No job with that id exists."""
-
-
 class WaitChainTimeoutError(QueuertError, TimeoutError):
     """``await_chain`` gave up before the chain reached a final status."""
 
 
-class InvalidInputError(QueuertError, ValueError):
-    """An argument was rejected before anything was written: input or output
-    that is not JSON-serializable, an empty type name, an over-long key, a
-    negative delay or count, unknown blocker chains."""
-
-
-class ChainInUseError(QueuertError):
-    """A chain cannot be deleted because other jobs are still blocked on it."""
-
-
-def mask_url(url: str, *, user_is_secret: bool = False) -> str:
-    """Return ``url`` with its password replaced by ``***`` (for messages and logs).
-
-    Masks the password of the authority (``user:secret@host``) and query
-    parameters named ``*password`` (``password=``, ``ssl_password=``); with
-    ``user_is_secret`` (NATS, where ``token@host`` is a token) a lone user name
-    too. Never raises: a URL it cannot take apart is shown as its scheme only.
-    """
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        scheme = url.partition("://")[0] if "://" in url else ""
-        return f"{scheme}://<unparseable URL>" if scheme.isalnum() else "<unparseable URL>"
-    masked = url
-    userinfo, _, host = parts.netloc.rpartition("@")
-    if userinfo:
-        user, colon, _password = userinfo.partition(":")
-        if colon or user_is_secret:
-            shown = f"{user}:***" if colon else "***"
-            masked = masked.replace(parts.netloc, f"{shown}@{host}", 1)
-    if parts.query:
-        query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
-        masked = masked.replace(f"?{parts.query}", f"?{query}", 1)
-    return masked
-
-
-_QUERY_PASSWORD = re.compile(r"((?:^|&)[^=&]*password=)[^&]*", re.IGNORECASE)
+__all__ = [
+    "ChainInUseError",
+    "ChainNotFoundError",
+    "ConfigurationError",
+    "InvalidInputError",
+    "JobNotFoundError",
+    "JobOwnershipLostError",
+    "NotifyAdapterClosedError",
+    "QueuertError",
+    "WaitChainTimeoutError",
+    "mask_url",
+]

@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from queuert_notify.errors import ConfigurationError, InvalidInputError
-from queuert_notify.validation import check_json, check_type_name, new_job
 from state_adapters.protocol import ContinueWith, JobRecord, StateAdapter
+from state_adapters.validation import check_json, check_type_name, new_job
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

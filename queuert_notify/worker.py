@@ -32,18 +32,15 @@ from queuert_notify.errors import (
     NotifyAdapterClosedError,
 )
 from queuert_notify.events import EventKind, WorkerEvent
-from queuert_notify.hooks import (
-    NotificationBuffer,
-    buffer_for_transaction,
-    wait_for_notifications,
-)
 from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
-from queuert_notify.outage_log import OutageLog
-from queuert_notify.validation import check_json
+from state_adapters.after_commit import buffer_for_transaction
 from state_adapters.connection_loss import retry_on_connection_loss
+from state_adapters.notifications import NotificationBuffer, wait_for_notifications
+from state_adapters.outage_log import OutageLog
 from state_adapters.protocol import Completion, ContinueWith, JobRecord
+from state_adapters.validation import check_json
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

@@ -34,7 +34,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql.elements import ColumnElement, UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
-from queuert_notify.errors import ConfigurationError, mask_url
+from state_adapters.errors import ConfigurationError, mask_url
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 """How long a SQLite writer waits for the write lock before "database is locked"."""

@@ -17,7 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Dialect, ExceptionContext
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from queuert_notify.errors import ConfigurationError
+from state_adapters.errors import ConfigurationError
 from state_adapters.schema import Tables
 
 _UNDEFINED_TABLE = "42P01"

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-    from queuert_notify.errors import JobOwnershipLostError
-    from queuert_notify.hooks import NotificationBuffer
+    from state_adapters.errors import JobOwnershipLostError
+    from state_adapters.notifications import NotificationBuffer
 
     CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
 

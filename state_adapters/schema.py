@@ -49,7 +49,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from queuert_notify.errors import ConfigurationError
+from state_adapters.errors import ConfigurationError
 
 DEFAULT_TABLE_PREFIX = "queuert_"
 ID_LENGTH = 32

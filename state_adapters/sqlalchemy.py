@@ -28,8 +28,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.sql import ClauseElement
 
-from queuert_notify import validation
-from queuert_notify.errors import (
+from state_adapters import dialects, missing_tables, validation
+from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
+from state_adapters.compiled import CompiledStatement
+from state_adapters.connection_lanes import lanes_for
+from state_adapters.errors import (
     ChainInUseError,
     ChainNotFoundError,
     ConfigurationError,
@@ -37,12 +40,8 @@ from queuert_notify.errors import (
     JobNotFoundError,
     JobOwnershipLostError,
 )
-from queuert_notify.hooks import NotificationBuffer
-from state_adapters import dialects, missing_tables
-from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
-from state_adapters.compiled import CompiledStatement
-from state_adapters.connection_lanes import lanes_for
 from state_adapters.ids import new_id
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     ChainRecord,
     Completion,

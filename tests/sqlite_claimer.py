@@ -12,8 +12,8 @@ import sys
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from queuert_notify.hooks import NotificationBuffer
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import Completion
 
 

@@ -39,9 +39,9 @@ from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.testing import Recorder
-from queuert_notify.validation import MAX_DEDUP_KEY_LENGTH, MAX_JSON_DEPTH, MAX_TYPE_NAME_LENGTH
 from queuert_notify.worker import Worker
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+from state_adapters.validation import MAX_DEDUP_KEY_LENGTH, MAX_JSON_DEPTH, MAX_TYPE_NAME_LENGTH
 from tests.json_values import same_json
 from tests.queue_helpers import STATE_KINDS, delete_notify_state
 

@@ -26,9 +26,9 @@ from sqlalchemy.util import await_only
 
 from queuert_notify import NoopNotifyAdapter
 from queuert_notify.client import ChainSpec, Client
-from queuert_notify.hooks import NotificationBuffer
 from queuert_notify.testing import Recorder
 from state_adapters.ids import new_id
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import NewChain, NewJob
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from tests.queue_helpers import STATE_KINDS, CountingState

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from queuert_notify.hooks import NotificationBuffer
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import Completion, NewChain, NewJob
 from tests.queue_helpers import drop_tables
 

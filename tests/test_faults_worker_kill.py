@@ -13,7 +13,7 @@ import pytest
 
 from queuert_notify.client import ChainSpec, Client
 from queuert_notify.errors import JobOwnershipLostError
-from queuert_notify.hooks import NotificationBuffer
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import Completion, ContinueWith, JobRecord, NewJob
 from tests.queue_helpers import wait_until
 from tests.worker_processes import WorkerProcesses, effect_counts

@@ -28,7 +28,8 @@ from queuert_notify.notify.payloads import (
     encode_payload,
 )
 from queuert_notify.testing import Recorder
-from queuert_notify.validation import (
+from state_adapters.protocol import StartedChain
+from state_adapters.validation import (
     JSON_INT_MAX,
     JSON_INT_MIN,
     MAX_DEDUP_KEY_LENGTH,
@@ -36,7 +37,6 @@ from queuert_notify.validation import (
     SQL_INT_MAX,
     SQL_INT_MIN,
 )
-from state_adapters.protocol import StartedChain
 from tests.json_values import any_json_like, any_text, same_json
 from tests.queue_helpers import STATE_KINDS, delete_notify_state, make_notify
 from tests.strangers import Publish, stranger

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify import ChainSpec, Client, RedisNotifyAdapter, Worker
-from queuert_notify.outage_log import OutageLog
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.outage_log import OutageLog
 from tests.services import OwnServer
 
 

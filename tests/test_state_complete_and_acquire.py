@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from queuert_notify.errors import JobOwnershipLostError
-from queuert_notify.hooks import NotificationBuffer
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import Completion, ContinueWith, NewChain, NewJob
 from tests.queue_helpers import STATE_KINDS
 

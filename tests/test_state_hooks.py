@@ -11,9 +11,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
 
-from queuert_notify.hooks import NotificationBuffer, buffer_for_transaction, wait_for_notifications
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.after_commit import buffer_for_transaction
+from state_adapters.notifications import NotificationBuffer, wait_for_notifications
 from state_adapters.protocol import NewChain, NewJob, StartedChain
 from tests.queue_helpers import drop_tables, wait_until
 

@@ -125,7 +125,7 @@ async def test_an_application_schema_and_alembic_history_are_left_alone(
 
 
 async def _start(state: SqlAlchemyStateAdapter) -> Any:
-    from queuert_notify.hooks import NotificationBuffer
+    from state_adapters.notifications import NotificationBuffer
     from state_adapters.protocol import NewChain, NewJob
 
     (started,) = await state.start_chains([NewChain(NewJob("t"))], notes=NotificationBuffer())

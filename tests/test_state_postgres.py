@@ -12,8 +12,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify.errors import ConfigurationError
-from queuert_notify.hooks import NotificationBuffer
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import Completion, ContinueWith, NewChain, NewJob
 from tests.queue_helpers import drop_tables
 

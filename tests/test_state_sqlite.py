@@ -14,9 +14,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
 from queuert_notify.errors import ConfigurationError
-from queuert_notify.hooks import NotificationBuffer
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.dialects import SQLITE_BUSY_TIMEOUT_MS
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import NewChain, NewJob
 
 REPO = Path(__file__).resolve().parent.parent

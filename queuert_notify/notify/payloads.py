@@ -11,7 +11,7 @@ agree: every payload a sender accepts is decoded back to the same text.
 from __future__ import annotations
 
 from queuert_notify.errors import InvalidInputError
-from queuert_notify.validation import check_text
+from state_adapters.validation import check_text
 
 MAX_PAYLOAD_BYTES = 1024
 """Longest payload (type name, chain id, job id) published or accepted, in UTF-8 bytes."""

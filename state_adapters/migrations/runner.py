@@ -21,7 +21,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
-from queuert_notify.errors import ConfigurationError
+from state_adapters.errors import ConfigurationError
 from state_adapters.schema import Tables
 
 SCRIPT_LOCATION = "state_adapters:migrations"

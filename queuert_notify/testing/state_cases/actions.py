@@ -13,7 +13,6 @@ from queuert_notify.errors import (
     JobNotFoundError,
     JobOwnershipLostError,
 )
-from queuert_notify.hooks import NotificationBuffer
 from queuert_notify.testing.state_cases.support import (
     claim,
     claim_one,
@@ -22,6 +21,7 @@ from queuert_notify.testing.state_cases.support import (
     token,
     total_jobs,
 )
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     Completion,
     ContinueWith,

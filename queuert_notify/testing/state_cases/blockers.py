@@ -7,7 +7,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from queuert_notify.hooks import NotificationBuffer
 from queuert_notify.testing.state_cases.support import (
     claim,
     claim_one,
@@ -16,6 +15,7 @@ from queuert_notify.testing.state_cases.support import (
     start,
     token,
 )
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     Completion,
     NewChain,

@@ -10,7 +10,6 @@ from queuert_notify.errors import (
     InvalidInputError,
     JobOwnershipLostError,
 )
-from queuert_notify.hooks import NotificationBuffer
 from queuert_notify.testing.state_cases.support import (
     claim,
     claim_one,
@@ -18,6 +17,7 @@ from queuert_notify.testing.state_cases.support import (
     start,
     token,
 )
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     Completion,
     ContinueWith,

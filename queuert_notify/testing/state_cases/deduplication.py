@@ -7,7 +7,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from queuert_notify.hooks import NotificationBuffer
 from queuert_notify.testing.state_cases.support import (
     claim_one,
     complete,
@@ -15,6 +14,7 @@ from queuert_notify.testing.state_cases.support import (
     start,
     total_jobs,
 )
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     NewChain,
     NewJob,

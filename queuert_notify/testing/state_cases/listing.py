@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from queuert_notify.hooks import NotificationBuffer
 from queuert_notify.testing.state_cases.support import (
     claim_one,
     complete,
     start,
     token,
 )
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     Completion,
     ContinueWith,

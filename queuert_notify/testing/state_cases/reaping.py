@@ -10,7 +10,6 @@ import pytest
 from queuert_notify.errors import (
     JobOwnershipLostError,
 )
-from queuert_notify.hooks import NotificationBuffer
 from queuert_notify.testing.state_cases.support import (
     SHORT_LEASE,
     claim,
@@ -19,6 +18,7 @@ from queuert_notify.testing.state_cases.support import (
     start,
     token,
 )
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     Completion,
 )

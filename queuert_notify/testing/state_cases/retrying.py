@@ -10,12 +10,12 @@ import pytest
 from queuert_notify.errors import (
     JobOwnershipLostError,
 )
-from queuert_notify.hooks import NotificationBuffer
 from queuert_notify.testing.state_cases.support import (
     claim,
     claim_one,
     start,
 )
+from state_adapters.notifications import NotificationBuffer
 
 
 class RetryingCases:

@@ -12,7 +12,6 @@ from queuert_notify.errors import (
     ChainNotFoundError,
     InvalidInputError,
 )
-from queuert_notify.hooks import NotificationBuffer
 from queuert_notify.testing.state_cases.support import (
     BAD_INPUTS,
     JSON_SHAPES,
@@ -22,6 +21,7 @@ from queuert_notify.testing.state_cases.support import (
     total_jobs,
 )
 from state_adapters.ids import new_id
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     Completion,
     ContinueWith,

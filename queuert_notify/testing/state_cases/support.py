@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from queuert_notify.hooks import NotificationBuffer
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     Completion,
     JobRecord,

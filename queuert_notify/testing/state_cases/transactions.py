@@ -10,7 +10,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from queuert_notify.errors import (
     ChainNotFoundError,
 )
-from queuert_notify.hooks import NotificationBuffer
 from queuert_notify.testing.state_cases.support import (
     claim_one,
     complete,
@@ -18,6 +17,7 @@ from queuert_notify.testing.state_cases.support import (
     start,
     token,
 )
+from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     Completion,
     NewChain,

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
-from queuert_notify.errors import InvalidInputError
+from state_adapters.errors import InvalidInputError
 from state_adapters.protocol import NewChain, NewJob
 
 MAX_TYPE_NAME_LENGTH = 200

@@ -1,0 +1,238 @@
+"""Notifications that wait for the caller's COMMIT.
+
+    notes = buffer_for_transaction(session, publisher)
+        # the buffer attached to the caller's AsyncSession/AsyncConnection
+        # transaction: sent (see notifications.send_later) after COMMIT,
+        # dropped on rollback; entries recorded inside a savepoint that rolls
+        # back are dropped. Several calls in one transaction share one buffer,
+        # so a transaction costs one notify round trip.
+
+Call ``buffer_for_transaction`` right before each write (as the client does):
+the call notes which savepoint is current, so that the entries the write
+records can be dropped with that savepoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from state_adapters.notifications import NotificationBuffer, Publisher, send_later, track_flush
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, ExceptionContext, NestedTransaction, RootTransaction
+    from sqlalchemy.orm import Session, SessionTransaction
+
+logger = logging.getLogger(__name__)
+
+_COMMIT_WAIT_LIMIT = 60.0
+"""Seconds a connection's after-commit flush waits for the COMMIT to finish."""
+
+# -- after-commit flushing -------------------------------------------------------------
+
+
+def _schedule_flush(buffers: dict[Publisher, NotificationBuffer]) -> None:
+    if not any(buffers.values()):
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        logger.warning("no running event loop after COMMIT; notifications dropped")
+        return
+    _send_all(buffers)
+
+
+def _send_all(buffers: dict[Publisher, NotificationBuffer]) -> None:
+    for notify, buffer in buffers.items():
+        send_later(notify, buffer)
+
+
+@dataclass(eq=False)
+class _Tracker:
+    """The buffers of the current transaction of one session or connection."""
+
+    buffers: dict[Publisher, NotificationBuffer] = field(default_factory=dict)
+    committing: _Commit | None = None
+    """Connections only: the COMMIT in flight whose notifications wait for it."""
+
+    def buffer(self, notify: Publisher, savepoints: list[Any]) -> NotificationBuffer:
+        buffer = self.buffers.get(notify)
+        if buffer is None:
+            buffer = self.buffers[notify] = NotificationBuffer()
+        buffer.enter_savepoints(savepoints)
+        return buffer
+
+    def take(self) -> dict[Publisher, NotificationBuffer]:
+        buffers, self.buffers = self.buffers, {}
+        return buffers
+
+    def rollback_savepoint(self, savepoint: Any) -> None:
+        for buffer in self.buffers.values():
+            buffer.rollback_savepoint(savepoint)
+
+
+_trackers: weakref.WeakKeyDictionary[Any, _Tracker] = weakref.WeakKeyDictionary()
+
+
+def buffer_for_transaction(
+    session_or_connection: AsyncSession | AsyncConnection, notify: Publisher
+) -> NotificationBuffer:
+    """The buffer of the caller's current transaction for ``notify``.
+
+    Flushed to ``notify`` by a task on the running loop once the transaction
+    has committed; dropped when it rolls back; entries recorded while a
+    savepoint was innermost are dropped if that savepoint rolls back.
+    """
+    if isinstance(session_or_connection, AsyncSession):
+        session = session_or_connection.sync_session
+        tracker = _tracker(session, _hook_session)
+        return tracker.buffer(notify, _session_savepoints(session))
+    if isinstance(session_or_connection, AsyncConnection):
+        connection = session_or_connection.sync_connection
+        if connection is None:
+            raise ValueError("the AsyncConnection is not started; use it inside `async with`")
+        tracker = _tracker(connection, _hook_connection)
+        return tracker.buffer(notify, _connection_savepoints(connection))
+    raise TypeError(
+        "session must be an AsyncSession or AsyncConnection, "
+        f"got {type(session_or_connection).__name__}"
+    )
+
+
+def _tracker(target: Any, hook: Any) -> _Tracker:
+    tracker = _trackers.get(target)
+    if tracker is None:
+        tracker = _trackers[target] = _Tracker()
+        hook(target, tracker)
+    return tracker
+
+
+# -- ORM sessions ----------------------------------------------------------------------
+
+
+def _session_savepoints(session: Session) -> list[SessionTransaction]:
+    chain: list[SessionTransaction] = []
+    transaction = session.get_nested_transaction()
+    while transaction is not None and transaction.nested:
+        chain.append(transaction)
+        transaction = transaction.parent
+    return chain[::-1]
+
+
+def _hook_session(session: Session, tracker: _Tracker) -> None:
+    # Session events fire in this order: a commit runs after_commit then
+    # after_transaction_end; a rollback runs after_transaction_end then
+    # after_soft_rollback. A released savepoint also fires after_commit, so
+    # only the end of the root transaction decides.
+    committed = False
+
+    def after_commit(_session: Session) -> None:
+        nonlocal committed
+        committed = True
+
+    def after_transaction_end(_session: Session, transaction: SessionTransaction) -> None:
+        nonlocal committed
+        if transaction.nested or transaction.parent is not None:
+            committed = False
+            return
+        buffers = tracker.take()
+        if committed:
+            _schedule_flush(buffers)
+        committed = False
+
+    def after_soft_rollback(_session: Session, transaction: SessionTransaction) -> None:
+        if transaction.nested:
+            tracker.rollback_savepoint(transaction)
+
+    event.listen(session, "after_commit", after_commit)
+    event.listen(session, "after_transaction_end", after_transaction_end)
+    event.listen(session, "after_soft_rollback", after_soft_rollback)
+
+
+# -- Core connections ------------------------------------------------------------------
+
+
+def _connection_savepoints(connection: Connection) -> list[NestedTransaction]:
+    chain: list[NestedTransaction] = []
+    nested = connection.get_nested_transaction()
+    while nested is not None:
+        chain.append(nested)
+        # Core keeps the enclosing savepoint only as a private attribute.
+        nested = getattr(nested, "_previous_nested", None)
+    return chain[::-1]
+
+
+@dataclass(eq=False)
+class _Commit:
+    """A connection's COMMIT in flight and whether the database refused it."""
+
+    transaction: RootTransaction
+    failed: bool = False
+
+
+def _hook_connection(connection: Connection, tracker: _Tracker) -> None:
+    # Core has no after-commit event: the "commit" event fires before COMMIT is
+    # sent, so the flush task first waits for that COMMIT to finish, and sends
+    # only if no error was reported for it meanwhile (handle_error fires while
+    # the transaction is still active, before the COMMIT call returns).
+
+    def on_commit(conn: Connection) -> None:
+        transaction = conn.get_transaction()
+        buffers = tracker.take()
+        if transaction is None or not any(buffers.values()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            logger.warning("no running event loop at COMMIT; notifications dropped")
+            return
+        commit = tracker.committing = _Commit(transaction)
+        task = loop.create_task(
+            _flush_after_commit(commit, buffers), name="queuert-after-commit-flush"
+        )
+        track_flush(task)
+
+    def on_rollback(_conn: Connection) -> None:
+        tracker.take()
+
+    def on_rollback_savepoint(conn: Connection, _name: str, _context: Any) -> None:
+        # Fired before ROLLBACK TO SAVEPOINT, while the savepoint rolled back is
+        # still the innermost one.
+        nested = conn.get_nested_transaction()
+        if nested is not None:
+            tracker.rollback_savepoint(nested)
+
+    event.listen(connection, "commit", on_commit)
+    event.listen(connection, "rollback", on_rollback)
+    event.listen(connection, "rollback_savepoint", on_rollback_savepoint)
+    # Registered on the dialect (per engine), shared by every hooked connection.
+    if not event.contains(connection.engine, "handle_error", _on_database_error):
+        event.listen(connection.engine, "handle_error", _on_database_error)
+
+
+def _on_database_error(context: ExceptionContext) -> None:
+    tracker = _trackers.get(context.connection) if context.connection is not None else None
+    commit = tracker.committing if tracker is not None else None
+    if commit is not None and commit.transaction.is_active:
+        commit.failed = True
+
+
+async def _flush_after_commit(
+    commit: _Commit, buffers: dict[Publisher, NotificationBuffer]
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _COMMIT_WAIT_LIMIT
+    # The COMMIT is in flight on this loop and ends within a round trip. Core
+    # offers no event after it, so look at the transaction every millisecond.
+    while commit.transaction.is_active and loop.time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.001)
+    if commit.failed or commit.transaction.is_active:
+        logger.warning("COMMIT did not succeed; notifications dropped")
+        return
+    _send_all(buffers)

@@ -115,7 +115,7 @@ async def test_a_failing_transport_is_logged_and_the_rest_still_sent(
     notes = NotificationBuffer()
     notes.job_scheduled("a")
     notes.chain_completed("c1")
-    with caplog.at_level(logging.WARNING, logger="queuert_notify.hooks"):
+    with caplog.at_level(logging.WARNING, logger="state_adapters.notifications"):
         await notes.flush(notify)
     assert notify.calls == [("scheduled", {"a": 1}), ("chain_completed", "c1")]
     assert "sending a notification failed" in caplog.text

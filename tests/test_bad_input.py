@@ -40,6 +40,7 @@ from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.testing import Recorder
 from queuert_notify.worker import Worker
+from state_adapters.notifications import wait_for_notifications
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from state_adapters.validation import MAX_DEDUP_KEY_LENGTH, MAX_JSON_DEPTH, MAX_TYPE_NAME_LENGTH
 from tests.json_values import same_json
@@ -209,6 +210,7 @@ async def test_one_bad_spec_in_a_batch_writes_nothing_and_publishes_nothing(
     message: str,
 ) -> None:
     await client.start_chain("existing", {"keep": True}, dedup_key="k")
+    await wait_for_notifications()  # its wakeup is out before we listen
     heard = Recorder()
     await notify.listen_job_scheduled(["t", "existing"], heard)
     before = await _snapshot(state)

@@ -10,7 +10,8 @@ the caller only after the transaction commits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
@@ -290,3 +291,70 @@ class StateAdapter(Protocol):
     async def count_jobs(self, *, type_names: Sequence[str] | None = None) -> Mapping[str, int]:
         """Number of jobs per status (for the CLI and dashboards)."""
         ...
+
+    # -- what a worker's loop uses ---------------------------------------------------
+
+    @property
+    def completes_with_claims(self) -> bool:
+        """Whether a worker should hand the completions waiting to be written to its
+        next claim (:meth:`complete_and_acquire`) rather than write them alongside it."""
+        ...
+
+    def holding_connections(self) -> AbstractAsyncContextManager[None]:
+        """While open, the calls a worker repeats may keep connections out of the pool."""
+        ...
+
+    async def complete_and_acquire(
+        self,
+        completions: Sequence[Completion],
+        *,
+        notes: NotificationBuffer,
+        type_names: Sequence[str],
+        worker_id: str,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[JobOwnershipLostError | None], list[JobRecord]]:
+        """Write ``completions`` (``None`` per written one, the error of a stale lease
+        otherwise; no rows read back), then claim up to ``limit`` jobs (0: none)."""
+        ...
+
+
+class StateAdapterBase:
+    """Defaults for the worker-loop capabilities of :class:`StateAdapter`, for adapters
+    without a faster way: completions and claims in separate calls, no connections
+    kept. Subclass it and implement the rest of the protocol."""
+
+    @property
+    def completes_with_claims(self) -> bool:
+        return False
+
+    def holding_connections(self) -> AbstractAsyncContextManager[None]:
+        return _nothing_held()
+
+    async def complete_and_acquire(
+        self: StateAdapter,
+        completions: Sequence[Completion],
+        *,
+        notes: NotificationBuffer,
+        type_names: Sequence[str],
+        worker_id: str,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[JobOwnershipLostError | None], list[JobRecord]]:
+        from state_adapters.errors import JobOwnershipLostError
+
+        written = await self.complete_jobs(completions, notes=notes) if completions else []
+        claimed = (
+            await self.acquire(
+                type_names, worker_id=worker_id, lease_seconds=lease_seconds, limit=limit
+            )
+            if limit
+            else []
+        )
+        lost = [r if isinstance(r, JobOwnershipLostError) else None for r in written]
+        return lost, claimed
+
+
+@asynccontextmanager
+async def _nothing_held() -> AsyncIterator[None]:
+    yield

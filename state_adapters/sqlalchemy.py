@@ -52,6 +52,7 @@ from state_adapters.protocol import (
     NewJob,
     Page,
     StartedChain,
+    StateAdapter,
 )
 from state_adapters.schema import (
     DEFAULT_TABLE_PREFIX,
@@ -1219,3 +1220,7 @@ def _check_index_cursor(after: Any) -> str | None:
     if not isinstance(after, str) or not after.isdigit():
         raise InvalidInputError(f"after must be a next_cursor from a previous page, got {after!r}")
     return after
+
+
+if TYPE_CHECKING:  # mypy checks that the adapter has every capability the protocol declares
+    _CONFORMS: type[StateAdapter] = SqlAlchemyStateAdapter

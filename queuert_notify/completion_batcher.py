@@ -168,13 +168,25 @@ class CompletionBatcher:
                 await previous
         await self._flush(notes)
 
+    def abort(self) -> None:
+        """Stop at once: cancel the batch being written and what is queued (their
+        callers get ``CancelledError``; nothing of a cancelled batch commits, so the jobs
+        run again once their leases expire). ``close()`` then returns without writing."""
+        self._closed = True
+        for _, future in self._queue:
+            future.cancel()
+        self._queue.clear()
+        for task in (self._task, self._publishing):
+            if task is not None:
+                task.cancel()
+
     async def close(self) -> None:
         """Write every queued completion, publish, then let the background tasks end."""
         self._closed = True
         if self._task is not None:
             self._ready.set()
-            await self._task
+            await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         if self._publishing is not None:
-            await self._publishing
+            await asyncio.gather(self._publishing, return_exceptions=True)
             self._publishing = None

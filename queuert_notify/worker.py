@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -57,8 +57,17 @@ told by the wake budget that it has a claimer, looks again."""
 _MAX_ERROR_BACKOFF = 30.0
 _RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
 _MAX_ERROR_TEXT = 8000
+_MAX_RETRY_DELAY = 366 * 24 * 3600.0
+"""A retry further away than a year is taken for a bug in ``retry_backoff``."""
+_HINT_RETRY = 1.0
+"""Seconds between calls to a wake budget that failed (every hint counts as granted
+meanwhile)."""
 _RENEW_RETRY = 0.25
 """Seconds at most between a failed lease renewal and the next attempt."""
+_CANCEL_GRACE = 1.0
+"""Seconds cancelled tasks get to end when the worker stops without waiting any longer
+(``drain_timeout`` passed, a second signal): a task blocked on a database that does not
+answer may not end sooner, and the worker stops without it."""
 _NO_SUCH_JOB = "0" * 32
 """A job id no job has (ids begin with their creation time): the start-up table check."""
 
@@ -159,6 +168,10 @@ class Worker:
             _check_positive("loop_lag_threshold", loop_lag_threshold)
         if not 0 <= jitter < 1:
             raise InvalidInputError(f"jitter must be a fraction in [0, 1), got {jitter!r}")
+        if retry_backoff is not None and not callable(retry_backoff):
+            raise InvalidInputError(
+                f"retry_backoff must be a callable attempt -> seconds, got {retry_backoff!r}"
+            )
         if mode not in ("atomic", "staged"):
             raise InvalidInputError(f"mode must be 'atomic' or 'staged', got {mode!r}")
         self.client = client
@@ -197,15 +210,22 @@ class Worker:
         self._maybe_more = False
         self._stopping = False
         self._force = False
+        self._stop_requested = asyncio.Event()
+        self._forced = asyncio.Event()
         self._started = asyncio.Event()
         self._done = asyncio.Event()
         self._hint_tasks: set[asyncio.Task[None]] = set()
         self._hint_outage = OutageLog(logger, "consume_wake_hint")
+        self._hint_retry_at = float("-inf")
+        self._owls_outage = OutageLog(logger, "listening for ownership loss")
         self._resubscriber: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._reap_outage = OutageLog(logger, "reaping expired leases")
+        self._give_up_at: float | None = None
+        """``loop.time()`` by which the worker stops without what has not ended."""
         self._batcher: CompletionBatcher | None = None
         self._run_task: asyncio.Task[None] | None = None
-        self._last_reap = float("-inf")
         self._due_streak = 0
         # Types to ask the wake budget about before the next claim: announced while
         # every slot was busy, or run by a claim that filled the last free slot (which
@@ -240,11 +260,7 @@ class Worker:
     async def stop(self, *, force: bool = False) -> None:
         """Stop claiming, drain running handlers (cancelled at once with ``force``) and
         wait until ``run()`` has returned (not when called from inside a handler)."""
-        self._stopping = True
-        self._force = self._force or force
-        self._wake.set()
-        if force:
-            self._cancel_handlers("worker stopped without drain")
+        self._request_stop(force=force)
         if self._batcher is None or self._called_from_inside():
             return
         await self._done.wait()
@@ -298,45 +314,48 @@ class Worker:
                 )
             self._started.set()
             self._renewer = asyncio.create_task(self._renew_leases(), name="queuert-lease-renewer")
+            self._reaper = asyncio.create_task(self._reap_periodically(), name="queuert-reaper")
             if self._watchdog is not None:
                 self._watchdog.start()
             logger.info(
                 "worker started",
                 extra={"worker_id": self.worker_id, "type_names": list(self.type_names)},
             )
-            await self._loop()
-            await self._drain()
+            await self._run_until_stopped()
         finally:
-            if self._resubscriber is not None:
-                self._resubscriber.cancel()
-                await asyncio.gather(self._resubscriber, return_exceptions=True)
-            if self._runs:
-                self._cancel_handlers("worker stopped")
-                await asyncio.gather(
-                    *(r.task for r in self._runs.values() if r.task), return_exceptions=True
-                )
-            if self._renewer is not None:
-                self._renewer.cancel()
-                await asyncio.gather(self._renewer, return_exceptions=True)
-            for task in list(self._hint_tasks):
-                task.cancel()
-            await asyncio.gather(*self._hint_tasks, return_exceptions=True)
-            for unsubscribe in subscriptions:
-                try:
-                    await unsubscribe()
-                except Exception:
-                    logger.warning("unsubscribe failed on worker stop", exc_info=True)
-            await self._batcher.close()
-            await held.aclose()
-            if self._watchdog is not None:
-                await self._watchdog.close()
-            # Completions committed in handler sessions publish from after-commit tasks.
-            await wait_for_notifications(timeout=CLOSE_FLUSH_LIMIT)
+            await self._release(subscriptions, held)
             for signum in installed:
                 loop.remove_signal_handler(signum)
             self._stopping = True
             self._done.set()
             logger.info("worker stopped", extra={"worker_id": self.worker_id})
+
+    async def _release(self, subscriptions: list[Unsubscribe], held: AsyncExitStack) -> None:
+        """Cancel the worker's own tasks, write what is queued and give back what the run
+        held. Bounded: once the worker gave up on its jobs (drain timeout, forced stop,
+        an error) everything left gets ``_CANCEL_GRACE`` from then."""
+        loop = asyncio.get_running_loop()
+        runs = {r.task for r in self._runs.values() if r.task}
+        if runs:
+            self._abandon(runs)
+        until = self._give_up_at or loop.time() + CLOSE_FLUSH_LIMIT
+        own = [self._resubscriber, self._renewer, self._reaper, *self._hint_tasks]
+        for task in own:
+            if task is not None:
+                task.cancel()
+        await _settle([*runs, *(t for t in own if t is not None)], until)
+        for unsubscribe in subscriptions:
+            try:
+                await unsubscribe()
+            except Exception:
+                logger.warning("unsubscribe failed on worker stop", exc_info=True)
+        assert self._batcher is not None
+        await _settle({asyncio.ensure_future(self._batcher.close())}, until)
+        await _settle({asyncio.ensure_future(held.aclose())}, until)
+        if self._watchdog is not None:
+            await self._watchdog.close()
+        # Completions committed in handler sessions publish from after-commit tasks.
+        await wait_for_notifications(timeout=max(until - loop.time(), 0.0))
 
     async def _check_tables(self) -> None:
         """Raise the state adapter's ConfigurationError at start on a database whose
@@ -392,27 +411,79 @@ class Worker:
             "cancelling running handlers" if force else "draining running jobs",
             extra={"worker_id": self.worker_id, "signal": signum},
         )
+        self._request_stop(force=force)
+
+    def _request_stop(self, *, force: bool) -> None:
         self._stopping = True
+        self._stop_requested.set()
         self._wake.set()
         if force:
             self._force = True
+            self._forced.set()
             self._cancel_handlers("worker stopped without drain")
 
-    async def _drain(self) -> None:
-        tasks = [r.task for r in self._runs.values() if r.task is not None]
-        if not tasks or self._force:
-            return
-        logger.info(
-            "draining running jobs",
-            extra={"worker_id": self.worker_id, "running": len(tasks)},
-        )
-        _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
-        if pending:
-            logger.warning(
-                "drain timeout: cancelling running handlers; their jobs will be retried "
-                "when the leases expire",
-                extra={"worker_id": self.worker_id, "running": len(pending)},
+    async def _run_until_stopped(self) -> None:
+        """Run the loop until a stop is requested, then drain: wait for the loop and the
+        running jobs for up to ``drain_timeout`` (not at all when forced), then cancel
+        whatever is left, wherever it waits (a handler, a completion being written, a
+        claim): its job runs again once its lease expires, as after a kill."""
+        loop_task = asyncio.create_task(self._loop(), name=f"queuert-loop-{self.worker_id}")
+        stop = asyncio.create_task(self._stop_requested.wait())
+        try:
+            await asyncio.wait({loop_task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if loop_task.done():
+            loop_task.result()  # why it ended before a stop (a ConfigurationError)
+        deadline = asyncio.get_running_loop().time() + self.drain_timeout
+        running = len(self._runs)
+        if running and not self._force:
+            logger.info(
+                "draining running jobs", extra={"worker_id": self.worker_id, "running": running}
             )
+        left = await self._wait_until(deadline, loop_task)
+        if left:
+            if not self._force:
+                logger.warning(
+                    "drain timeout: cancelling running jobs; they will be retried when their "
+                    "leases expire",
+                    extra={"worker_id": self.worker_id, "running": len(self._runs)},
+                )
+            self._abandon(left)
+            assert self._give_up_at is not None
+            await _settle(left, self._give_up_at)
+        if loop_task.done() and not loop_task.cancelled():
+            loop_task.result()
+
+    async def _wait_until(
+        self, deadline: float, loop_task: asyncio.Task[None]
+    ) -> set[asyncio.Task[None]]:
+        """Wait for the loop and the runs until ``deadline`` or a forced stop; returns
+        the tasks still going."""
+        forced = asyncio.create_task(self._forced.wait())
+        try:
+            while True:
+                left = {loop_task, *(r.task for r in self._runs.values() if r.task)}
+                left = {task for task in left if not task.done()}
+                remaining = deadline - asyncio.get_running_loop().time()
+                if not left or self._force or remaining <= 0:
+                    return left
+                await asyncio.wait(
+                    {*left, forced}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+        finally:
+            forced.cancel()
+
+    def _abandon(self, tasks: set[asyncio.Task[None]]) -> None:
+        """Cancel everything still running, wherever it waits, and give it
+        ``_CANCEL_GRACE`` to end."""
+        if self._give_up_at is None:
+            self._give_up_at = asyncio.get_running_loop().time() + _CANCEL_GRACE
+        self._cancel_handlers("worker stopped")
+        assert self._batcher is not None
+        self._batcher.abort()
+        for task in tasks:
+            task.cancel()
 
     # -- wakeups ---------------------------------------------------------------------
 
@@ -481,10 +552,17 @@ class Worker:
             self._wake.set()
 
     async def _hint_granted(self, type_name: str) -> bool:
+        """Ask the wake budget for one unit of ``type_name``. Unknown counts as granted
+        (wake rather than miss); while the budget cannot be reached, it is asked at most
+        once per ``_HINT_RETRY`` (a failing call costs the client's retries, ~0.4 s for
+        redis-py, which would otherwise slow every claim down)."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._hint_retry_at:
+            return True
         try:
             granted = await self.client.notify.consume_wake_hint(type_name)
         except Exception:
-            # Wake rather than miss: an unknown budget means someone may be waiting.
+            self._hint_retry_at = loop.time() + _HINT_RETRY
             self._hint_outage.failed("waking anyway", worker_id=self.worker_id, type_name=type_name)
             return True
         self._hint_outage.succeeded()
@@ -542,7 +620,7 @@ class Worker:
                 free = self._free_slots()
                 if free > 0:
                     # Not claiming (the wake budget says the jobs are taken) sleeps as
-                    # after an empty claim: reap, then until the next due job.
+                    # after an empty claim: until the next due job.
                     claim = await self._should_claim()
                     claimed_at = asyncio.get_running_loop().time()
                     records = await self._claim(free) if claim else []
@@ -550,8 +628,6 @@ class Worker:
                         self._start(record, claimed_at)
                     self._claimed(records, free)
                     if len(records) < free:
-                        if await self._reap_if_due():
-                            continue
                         timeout = await self._idle_timeout(acquired=bool(records), claimed=claim)
                 error_backoff = 0.0
             except ConfigurationError as exc:
@@ -637,10 +713,10 @@ class Worker:
         return self.poll_interval * random.uniform(1 - self.jitter, 1 + self.jitter)
 
     async def _idle_timeout(self, *, acquired: bool, claimed: bool = True) -> float:
-        """Seconds to sleep with free slots: until the next due job, the next reap or
-        the poll interval, whichever comes first (``claimed=False``: this pass skipped
-        its claim because the wake budget is spent)."""
-        timeout = min(self._poll_timeout(), self._last_reap + self.reap_interval - time.monotonic())
+        """Seconds to sleep with free slots: until the next due job or the poll interval,
+        whichever comes first (``claimed=False``: this pass skipped its claim because
+        the wake budget is spent)."""
+        timeout = self._poll_timeout()
         next_due = await self.client.state.next_due_at(self.type_names)
         if next_due is not None:
             if next_due.tzinfo is None:
@@ -662,13 +738,29 @@ class Worker:
             timeout = min(timeout, until_due)
         return max(timeout, _MIN_IDLE_SLEEP)
 
-    async def _reap_if_due(self) -> bool:
-        """Return expired leases of our types to pending when the reap interval has
-        passed; True if any job was reaped (so the loop should claim again)."""
-        now = time.monotonic()
-        if now - self._last_reap < self.reap_interval:
-            return False
-        self._last_reap = now
+    async def _reap_periodically(self) -> None:
+        """Every ``reap_interval`` (± jitter), return expired leases of our types to
+        pending, whatever the backlog: a dead worker's jobs run again within its lease
+        plus one interval. Leaderless: each reap is one atomic statement, so two workers
+        never both return one job."""
+        while True:
+            try:
+                reaped = await self._reap()
+            except ConfigurationError:
+                reaped = False  # the loop stops the worker with this error
+            except Exception:
+                self._reap_outage.failed("retrying at the next interval", worker_id=self.worker_id)
+                reaped = False
+            else:
+                self._reap_outage.succeeded()
+            if reaped:
+                self._maybe_more = True
+                self._wake.set()
+            jitter = random.uniform(1 - self.jitter, 1 + self.jitter)
+            await asyncio.sleep(self.reap_interval * jitter)
+
+    async def _reap(self) -> bool:
+        """Return expired leases of our types to pending; True if any job was reaped."""
         notes = NotificationBuffer()
         reaped = await self.client.state.reap_expired_leases(self.type_names, notes=notes)
         await self.client.flush(notes)
@@ -733,17 +825,7 @@ class Worker:
         self._emit("started", job)
         unsubscribe: Unsubscribe | None = None
         try:
-            try:
-                unsubscribe = await self.client.notify.listen_job_ownership_lost(
-                    job.id, lambda: self._check_ownership(run)
-                )
-            except Exception:
-                # Renewal still fences the run; only the early cancel is lost.
-                logger.warning(
-                    "cannot listen for ownership loss",
-                    exc_info=True,
-                    extra=_job_extra(job, self.worker_id),
-                )
+            unsubscribe = await self._listen_for_ownership_loss(run)
             result, error = await self._run_handler(run, ctx)
             await self._finish(run, ctx, result, error)
         finally:
@@ -758,6 +840,22 @@ class Worker:
             if unsubscribe is not None:
                 with suppress(Exception):
                     await unsubscribe()
+
+    async def _listen_for_ownership_loss(self, run: _Run) -> Unsubscribe | None:
+        """Cancel the handler early when another party takes the job. Skipped while the
+        notify adapter is unreachable (each attempt would cost a connect per job): lease
+        renewal fences the run all the same, only the early cancel is lost."""
+        if self._resubscriber is not None and not self._resubscriber.done():
+            return None
+        try:
+            return await self.client.notify.listen_job_ownership_lost(
+                run.job.id, lambda: self._check_ownership(run)
+            )
+        except Exception:
+            self._owls_outage.failed(
+                "relying on lease renewal", **_job_extra(run.job, self.worker_id)
+            )
+            return None
 
     async def _call_handler(self, job: Job, ctx: JobContext) -> Any:
         if self.handler_timeout is None:
@@ -985,7 +1083,7 @@ class Worker:
             error = str(exc)
         else:
             error = "".join(traceback.format_exception(exc))[-_MAX_ERROR_TEXT:]
-        retry_delay = self.retry_backoff(job.attempt) if self.retry_backoff else None
+        retry_delay = self._retry_delay(job)
         notes = NotificationBuffer()
         try:
             outcome = await retry_on_connection_loss(
@@ -1030,6 +1128,32 @@ class Worker:
                 extra=_job_extra(job, self.worker_id),
             )
             self._emit("failed", job, error=summary)
+
+    def _retry_delay(self, job: Job) -> float | None:
+        """``retry_backoff(attempt)`` when it gives a usable delay; otherwise (it raised,
+        or gave NaN, a negative number, a string, years) a warning and ``None``, the state
+        adapter's default backoff: a bad backoff must not lose the handler's error."""
+        if self.retry_backoff is None:
+            return None
+        try:
+            delay = self.retry_backoff(job.attempt)
+        except Exception as exc:
+            problem = f"raised {type(exc).__name__}: {exc}"
+        else:
+            if (
+                isinstance(delay, int | float)
+                and not isinstance(delay, bool)
+                and 0 <= delay <= _MAX_RETRY_DELAY
+            ):
+                return float(delay)
+            problem = f"returned {delay!r}, not seconds in [0, {_MAX_RETRY_DELAY:.0f}]"
+        logger.warning(
+            "retry_backoff(%d) %s; using the default backoff",
+            job.attempt,
+            problem,
+            extra=_job_extra(job, self.worker_id),
+        )
+        return None
 
     # -- a blocked event loop --------------------------------------------------------
 
@@ -1079,6 +1203,21 @@ class Worker:
 class _HandlerTimeout(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"handler timed out after {seconds}s")
+
+
+async def _settle(tasks: Iterable[asyncio.Future[Any]], until: float) -> None:
+    """Wait until ``loop.time()`` reaches ``until`` for ``tasks`` (cancelled or ending)
+    to end; log the ones that do not (they wait on a connection that does not answer)."""
+    tasks = set(tasks)
+    if not tasks:
+        return
+    grace = max(until - asyncio.get_running_loop().time(), 0.0)
+    done, pending = await asyncio.wait(tasks, timeout=grace)
+    for task in pending:
+        logger.warning("a cancelled task did not end in time; stopping without it: %r", task)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("stopping: %r failed", task, exc_info=task.exception())
 
 
 def _ignore() -> None:

@@ -619,7 +619,9 @@ class Statements:
         return (
             update(jobs)
             .where(dialects.id_in_selected(jobs.c.id, candidates, self.postgres), expired)
-            .values(**self._after_attempt(exhausted, now, LEASE_EXPIRED_ERROR))
+            # A reaped job keeps its place in the queue (its scheduled_at): with a
+            # backlog, a dead worker's jobs run next rather than after the backlog.
+            .values(**self._after_attempt(exhausted, jobs.c.scheduled_at, LEASE_EXPIRED_ERROR))
             .returning(jobs.c.id, jobs.c.status, jobs.c.chain_id, jobs.c.type_name)
         )
 

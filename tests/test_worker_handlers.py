@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from queuert_notify.client import Client
+from queuert_notify.errors import InvalidInputError
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
+from tests.queue_helpers import wait_until
 
 pytest_plugins = ["tests.queue_fixtures"]
 
@@ -88,6 +90,37 @@ async def test_raising_handler_is_retried_then_fails_after_max_attempts(client: 
         "retried",
         "failed",
     ]
+
+
+def _raises(attempt: int) -> float:
+    raise ZeroDivisionError("bad backoff")
+
+
+@pytest.mark.parametrize(
+    "backoff",
+    [_raises, lambda a: float("nan"), lambda a: -1, lambda a: "5", lambda a: 1e13],
+    ids=["raises", "nan", "negative", "string", "1e13"],
+)
+async def test_a_bad_retry_backoff_keeps_the_handlers_error(client: Client, backoff: Any) -> None:
+    async def handler(job: Job, ctx: JobContext) -> None:
+        raise RuntimeError(f"the real error, attempt {job.attempt}")
+
+    chain = await client.start_chain("flaky", max_attempts=2)
+    async with Worker(client, {"flaky": handler}, retry_backoff=backoff, lease=60.0):
+        # The default backoff (not a lease expiry, a minute away) schedules the retry.
+        await wait_until(lambda: _failed_once(client, chain.id), timeout=5.0)
+        retrying = await client.get_chain(chain.id)
+    assert retrying.status == "pending"
+    assert "RuntimeError: the real error, attempt 1" in (retrying.last_job.last_error or "")
+
+
+async def _failed_once(client: Client, chain_id: str) -> bool:
+    return (await client.get_chain(chain_id)).last_job.last_error is not None
+
+
+def test_a_retry_backoff_that_is_not_callable_is_refused(client: Client) -> None:
+    with pytest.raises(InvalidInputError, match="retry_backoff must be a callable"):
+        Worker(client, {"flaky": lambda job, ctx: None}, retry_backoff=5)  # type: ignore[arg-type]
 
 
 async def test_handler_that_recovers_on_retry_completes(client: Client) -> None:

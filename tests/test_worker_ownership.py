@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from queuert_notify.client import Client
+from queuert_notify.client import ChainSpec, Client
 from queuert_notify.errors import JobOwnershipLostError
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
@@ -93,6 +93,26 @@ async def test_a_dead_workers_expired_lease_is_reaped_and_run_again(
         done = await client.await_chain(chain.id, timeout=10)
     assert done.output == 2
     assert ("reaped", chain.id) in [(e.kind, e.job_id) for e in events]
+
+
+async def test_a_dead_workers_jobs_are_reaped_while_a_backlog_keeps_every_slot_busy(
+    client: Client, state: Any
+) -> None:
+    ran: list[str] = []
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        ran.append(job.chain_id)
+        await asyncio.sleep(0.05)
+
+    dead = await client.start_chain("job", {"n": -1})
+    (claimed,) = await state.acquire(["job"], worker_id="dead", lease_seconds=0.3)
+    assert claimed.id == dead.id
+    # A backlog that outlasts the test: every claim fills the worker's only slot.
+    await client.start_chains([ChainSpec("job", {"n": n}) for n in range(400)])
+    async with Worker(client, {"job": handler}, concurrency=1, reap_interval=0.2):
+        done = await client.await_chain(dead.id, timeout=3.0)
+        assert done.status == "completed"
+        assert (await client.count_jobs()).get("pending", 0) > 100  # the backlog is still there
 
 
 @pytest.mark.parametrize("notify_kind", ["noop"], indirect=True)

@@ -26,6 +26,7 @@ from queuert_notify.errors import ConfigurationError, QueuertError, mask_url
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from queuert_notify.client import Client
     from queuert_notify.demo import DemoReport
     from queuert_notify.worker import Worker
     from state_adapters.protocol import JobStatus
@@ -243,7 +244,7 @@ json_option = click.option(
 
 @main.group()
 def chains() -> None:
-    """Inspect chains."""
+    """Inspect chains, and cancel, retry or delete one."""
 
 
 @chains.command("list")
@@ -337,6 +338,103 @@ def chains_show(database_url: str, table_prefix: str, chain_id: str, as_json: bo
             error[-1] if error else "",
         )
     _console().print(table)
+
+
+def redis_url_option(command: Callable[..., None]) -> Callable[..., None]:
+    """``--redis-url`` and ``--redis-prefix``: where to announce a change."""
+    command = click.option(
+        "--redis-prefix", default="queuert", show_default=True, help="The workers' Redis prefix."
+    )(command)
+    return click.option(
+        "--redis-url",
+        default=None,
+        help="Redis to announce the change on (workers wake at once); without it they find "
+        "it at their next poll.",
+    )(command)
+
+
+@chains.command("cancel")
+@database_url_option
+@table_prefix_option
+@redis_url_option
+@click.argument("chain_id")
+@json_option
+def chains_cancel(
+    database_url: str,
+    table_prefix: str,
+    redis_url: str | None,
+    redis_prefix: str,
+    chain_id: str,
+    as_json: bool,
+) -> None:
+    """Cancel a chain's unfinished job (a handler running it is cancelled)."""
+    notify = (redis_url, redis_prefix)
+    chain = _run(_with_client(database_url, table_prefix, notify, lambda c: c.cancel(chain_id)))
+    _print_chain(chain, as_json)
+
+
+@chains.command("retry")
+@database_url_option
+@table_prefix_option
+@redis_url_option
+@click.argument("chain_id")
+@json_option
+def chains_retry(
+    database_url: str,
+    table_prefix: str,
+    redis_url: str | None,
+    redis_prefix: str,
+    chain_id: str,
+    as_json: bool,
+) -> None:
+    """Run a failed or cancelled chain again from its last job."""
+    notify = (redis_url, redis_prefix)
+    chain = _run(
+        _with_client(database_url, table_prefix, notify, lambda c: c.retry_chain(chain_id))
+    )
+    _print_chain(chain, as_json)
+
+
+@chains.command("delete")
+@database_url_option
+@table_prefix_option
+@click.argument("chain_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def chains_delete(database_url: str, table_prefix: str, chain_id: str, yes: bool) -> None:
+    """Delete a chain and its jobs (refused while other chains wait on it)."""
+    if not yes:
+        click.confirm(f"Delete chain {chain_id} and its jobs?", abort=True)
+    no_notify = (None, "queuert")
+    _run(_with_client(database_url, table_prefix, no_notify, lambda c: c.delete_chain(chain_id)))
+    click.echo(f"deleted chain {chain_id}")
+
+
+def _print_chain(chain: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(_json({"chain": _record(chain)}))
+        return
+    _console().print(f"chain [bold]{chain.id}[/] ({chain.type_name}): [bold]{chain.status}[/]")
+
+
+async def _with_client(
+    database_url: str,
+    table_prefix: str,
+    redis: tuple[str | None, str],
+    action: Callable[[Client], Awaitable[T]],
+) -> T:
+    """``action`` on a client of the database and, given a ``(url, prefix)`` of Redis,
+    announcing the change there."""
+    from queuert_notify.client import Client
+    from queuert_notify.notify.noop import NoopNotifyAdapter
+    from queuert_notify.notify.redis import RedisNotifyAdapter
+
+    async def act(state: SqlAlchemyStateAdapter) -> T:
+        url, prefix = redis
+        notify = NoopNotifyAdapter() if url is None else RedisNotifyAdapter(url, prefix=prefix)
+        async with Client(state=state, notify=notify) as client:
+            return await action(client)
+
+    return await _with_state(database_url, table_prefix, act)
 
 
 async def _with_state(

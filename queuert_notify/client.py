@@ -25,6 +25,7 @@ from queuert_notify.errors import (
 )
 from queuert_notify.notify.protocol import NotifyAdapter
 from state_adapters.after_commit import buffer_for_transaction
+from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.ids import new_id
 from state_adapters.lost_commit import start_again
@@ -72,7 +73,7 @@ class ChainSpec:
     delay: float | None = None
     priority: int = 0
     blockers: Sequence[str] = ()
-    max_attempts: int | None = None
+    max_attempts: int | None = DEFAULT_MAX_ATTEMPTS
 
     def to_new_chain(self, chain_id: str | None = None) -> NewChain:
         """Validate and convert, with ``chain_id`` as the chain's id (``None``: the state
@@ -171,7 +172,7 @@ class Client:
         delay: float | None = None,
         priority: int = 0,
         blockers: Sequence[str] = (),
-        max_attempts: int | None = None,
+        max_attempts: int | None = DEFAULT_MAX_ATTEMPTS,
     ) -> StartedChain:
         """Start a chain whose first job is ``type_name`` with ``input``.
 
@@ -180,7 +181,9 @@ class Client:
         dropped if it rolls back. ``dedup_key`` returns an existing chain (with
         ``deduplicated=True``) instead of creating one; ``run_at`` (timezone-aware) or
         ``delay`` (seconds) postpone it; ``blockers`` are chain ids that must complete
-        first. Invalid arguments raise ``InvalidInputError`` before anything is written.
+        first; ``max_attempts`` bounds the runs of every job of the chain (its
+        continuations inherit it; ``None`` retries forever). Invalid arguments raise
+        ``InvalidInputError`` before anything is written.
         """
         spec = ChainSpec(
             type_name=type_name,
@@ -362,6 +365,30 @@ class Client:
         return await self._finish_chain(
             session,
             lambda notes: self.state.cancel_chain(chain_id, notes=notes, session=session),
+        )
+
+    async def retry_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """Run a failed or cancelled chain again from its last job, with its attempts
+        starting over; workers are woken for it. Raises ``ChainNotFoundError``, or
+        ``InvalidInputError`` for a chain that is not failed or cancelled.
+
+        Jobs of other chains that waited on this one were released when it failed;
+        they are not held back again.
+
+        Safe to repeat: a repeat after a lost COMMIT that finds the chain running
+        again returns it as it is."""
+
+        async def retry_again(notes: NotificationBuffer) -> ChainRecord:
+            chain = await self.state.get_chain(chain_id)
+            if chain.status in FINAL_STATUSES:
+                return await self.state.retry_chain(chain_id, notes=notes)
+            notes.job_scheduled(chain.last_job.type_name)
+            return chain
+
+        return await self._write(
+            session,
+            lambda notes: self.state.retry_chain(chain_id, notes=notes, session=session),
+            again=retry_again,
         )
 
     async def complete_chain(

@@ -10,6 +10,7 @@ chain's next job in the same transaction as the completion.
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -62,6 +63,12 @@ class Job:
         )
 
 
+class Inherit(enum.Enum):
+    """``max_attempts`` of a continuation that takes the current job's."""
+
+    CHAIN = "chain"
+
+
 class JobContext:
     """Per-run services for a handler.
 
@@ -93,6 +100,7 @@ class JobContext:
         self._session: AsyncSession | None = None
         self._on_progress = on_progress
         self._on_lease_renewed = on_lease_renewed
+        self._continuations: list[ContinueWith] = []
 
     @property
     def session(self) -> AsyncSession:
@@ -104,6 +112,14 @@ class JobContext:
         """
         if self._session_factory is None:
             raise ConfigurationError(self._no_session_reason)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise ConfigurationError(
+                "ctx.session is an AsyncSession of the worker's event loop and cannot be used "
+                "from a plain def handler, which runs in a thread: make the handler an async "
+                "def, or run sync code on the session with `await ctx.session.run_sync(fn)`"
+            ) from None
         if self._session is None:
             self._session = self._session_factory()
         return self._session
@@ -138,40 +154,35 @@ class JobContext:
         run_at: datetime | None = None,
         delay: float | None = None,
         priority: int = 0,
-        max_attempts: int | None = None,
+        max_attempts: int | Inherit | None = Inherit.CHAIN,
     ) -> ContinueWith:
         """A marker to ``return`` from the handler: complete this job by creating the
-        chain's next job of ``type_name`` (validated now, written with the completion)."""
-        return continue_with(
-            type_name,
-            input,
-            run_at=run_at,
-            delay=delay,
-            priority=priority,
-            max_attempts=max_attempts,
+        chain's next job of ``type_name`` (validated now, written with the completion).
+        The next job gets this job's ``max_attempts`` unless given (``None``: retry
+        forever). Calling this without returning its result fails the attempt."""
+        continuation = ContinueWith(
+            job=new_job(
+                type_name,
+                input,
+                run_at=run_at,
+                delay=delay,
+                priority=priority,
+                max_attempts=self.job.max_attempts
+                if max_attempts is Inherit.CHAIN
+                else max_attempts,
+            )
         )
+        self._continuations.append(continuation)
+        return continuation
 
-
-def continue_with(
-    type_name: str,
-    input: Any = None,
-    *,
-    run_at: datetime | None = None,
-    delay: float | None = None,
-    priority: int = 0,
-    max_attempts: int | None = None,
-) -> ContinueWith:
-    """Same as :meth:`JobContext.continue_with`, for code that has no context at hand."""
-    return ContinueWith(
-        job=new_job(
-            type_name,
-            input,
-            run_at=run_at,
-            delay=delay,
-            priority=priority,
-            max_attempts=max_attempts,
-        )
-    )
+    def check_returned(self, result: Any) -> None:
+        """Raise ``ConfigurationError`` when the handler made a continuation it did not
+        return: the chain would complete and silently drop it."""
+        if any(made is not result for made in self._continuations):
+            raise ConfigurationError(
+                "the handler called ctx.continue_with(...) without returning its result, so "
+                "the chain would end here; write `return ctx.continue_with(...)`"
+            )
 
 
 class HandlerRegistry:

@@ -998,8 +998,9 @@ class Worker:
             return
         if exc is None:
             try:
+                ctx.check_returned(result)
                 completion = self._completion(run, result)
-            except InvalidInputError as invalid:
+            except (InvalidInputError, ConfigurationError) as invalid:
                 exc = invalid
             else:
                 await self._complete(run, ctx, completion)
@@ -1084,11 +1085,19 @@ class Worker:
         else:
             error = "".join(traceback.format_exception(exc))[-_MAX_ERROR_TEXT:]
         retry_delay = self._retry_delay(job)
+        # Misuse (ctx.session in staged mode, a continuation not returned) fails the
+        # same way on every attempt: the chain fails at once.
+        final = isinstance(exc, ConfigurationError)
         notes = NotificationBuffer()
         try:
             outcome = await retry_on_connection_loss(
                 lambda: self.client.state.fail_job(
-                    job.id, run.lease_token, error, notes=notes, retry_delay=retry_delay
+                    job.id,
+                    run.lease_token,
+                    error,
+                    notes=notes,
+                    retry_delay=retry_delay,
+                    final=final,
                 ),
                 what="recording a failed attempt",
                 until=run.expires_at,
@@ -1119,10 +1128,11 @@ class Worker:
             self._emit("retried", job, error=summary, retry_at=outcome.retry_at)
         else:
             logger.error(
-                "job %s (%s) attempt %d failed; no attempts left: %s",
+                "job %s (%s) attempt %d failed; %s: %s",
                 job.id,
                 job.type_name,
                 job.attempt,
+                "not retried (a ConfigurationError)" if final else "no attempts left",
                 summary,
                 exc_info=exc_info,
                 extra=_job_extra(job, self.worker_id),

@@ -10,6 +10,10 @@ DEFAULT_BACKOFF_BASE = 1.0
 """Seconds before the retry of a first failed attempt."""
 DEFAULT_BACKOFF_CAP = 3600.0
 """No retry waits longer than this (seconds)."""
+DEFAULT_MAX_ATTEMPTS = 20
+"""Attempts a job gets unless its chain says otherwise: with the default backoff
+(1 s doubling to a cap of an hour) the last retry runs about nine hours after the first
+failure. ``max_attempts=None`` retries forever."""
 JITTER = 0.1
 """Each delay is spread by up to ±10 % so retries of a burst do not align."""
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
+from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
+
 # Only type-checking imports from queuert_notify: it imports this module at
 # runtime, so a runtime import back would be a cycle.
 if TYPE_CHECKING:
@@ -41,8 +43,9 @@ class NewJob:
     """Not before this instant (UTC); ``None`` or a past instant means now."""
     priority: int = 0
     """Lower runs first."""
-    max_attempts: int | None = None
-    """``None``: retry forever (with capped backoff)."""
+    max_attempts: int | None = DEFAULT_MAX_ATTEMPTS
+    """Runs of the job at most (the first and its retries); ``None``: retry forever
+    (with capped backoff)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +212,12 @@ class StateAdapter(Protocol):
         *,
         notes: NotificationBuffer,
         retry_delay: float | None = None,
+        final: bool = False,
     ) -> FailureOutcome:
         """Record a failed attempt: back to pending after a backoff (or
-        ``retry_delay``), or ``failed`` when attempts are exhausted.
-        Fenced: raises ``JobOwnershipLostError`` for a stale token."""
+        ``retry_delay``), or ``failed`` when attempts are exhausted or the failure
+        is ``final`` (retrying cannot help). Fenced: raises ``JobOwnershipLostError``
+        for a stale token."""
         ...
 
     async def reap_expired_leases(
@@ -226,6 +231,13 @@ class StateAdapter(Protocol):
         self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
     ) -> ChainRecord:
         """Cancel a chain's unfinished job (running ones lose ownership)."""
+        ...
+
+    async def retry_chain(
+        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> ChainRecord:
+        """Run a failed or cancelled chain again from its last job, its attempts
+        starting over; ``InvalidInputError`` for any other chain."""
         ...
 
     async def trigger_chain(

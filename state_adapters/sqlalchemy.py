@@ -618,14 +618,18 @@ class SqlAlchemyStateAdapter:
         *,
         notes: NotificationBuffer,
         retry_delay: float | None = None,
+        final: bool = False,
     ) -> FailureOutcome:
         """Record a failed attempt: back to pending after the backoff for this
         attempt (or ``retry_delay`` seconds), or ``failed`` for good when
-        ``max_attempts`` is used up (the chain then fails). Fenced by the token."""
+        ``max_attempts`` is used up or the failure is ``final`` (the chain then
+        fails). Fenced by the token."""
         if retry_delay is not None:
             _check_non_negative(retry_delay, "retry_delay")
         return await self._write(
-            None, notes, lambda c, n: self._fail(c, n, job_id, lease_token, str(error), retry_delay)
+            None,
+            notes,
+            lambda c, n: self._fail(c, n, job_id, lease_token, str(error), retry_delay, final),
         )
 
     async def _fail(
@@ -636,6 +640,7 @@ class SqlAlchemyStateAdapter:
         lease_token: str,
         error: str,
         retry_delay: float | None,
+        final: bool,
     ) -> FailureOutcome:
         now = _now()
         delays = (
@@ -644,7 +649,7 @@ class SqlAlchemyStateAdapter:
             else retry_delays(self.backoff_base, self.backoff_cap)
         )
         statement = self._sql.fail_leased(
-            job_id, lease_token, error, self._sql.retry_at(delays, now)
+            job_id, lease_token, error, self._sql.retry_at(delays, now), final=final
         )
         row = (await conn.execute(statement, {"now": now})).first()
         if row is None:
@@ -778,6 +783,35 @@ class SqlAlchemyStateAdapter:
                 if row.status == "running":
                     notes.ownership_lost(row.id)
             await self._finalize_chains(conn, notes, [chain_id], now)
+        return await self._get_chain(conn, chain_id)
+
+    async def retry_chain(
+        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> ChainRecord:
+        """Run a failed or cancelled chain again from its last job, with its attempts
+        starting over (blocked again if chains it waits on are unfinished). Raises
+        ``ChainNotFoundError``, or ``InvalidInputError`` for a chain that did not fail
+        and was not cancelled."""
+        _check_key(chain_id, "chain_id")
+        return await self._write(session, notes, lambda c, n: self._retry(c, n, chain_id))
+
+    async def _retry(
+        self, conn: AsyncConnection, notes: NotificationBuffer, chain_id: str
+    ) -> ChainRecord:
+        # The chain row first, then its jobs: the lock order of every other writer.
+        if (await conn.execute(self._sql.lock_chain(chain_id))).first() is None:
+            raise _chain_not_found(chain_id)
+        last = (await conn.execute(self._sql.last_job(chain_id))).one()
+        if last.status not in ("failed", "cancelled"):
+            raise InvalidInputError(
+                f"chain {chain_id} is {last.status}: only a failed or cancelled chain can be "
+                "retried"
+            )
+        waiting = len((await conn.execute(self._sql.unfinished_blockers(last.id))).all())
+        await conn.execute(self._sql.retry_job(last.id, waiting, _now()))
+        await conn.execute(self._sql.reopen_chain(chain_id))
+        if not waiting:
+            notes.job_scheduled(last.type_name)
         return await self._get_chain(conn, chain_id)
 
     async def trigger_chain(

@@ -36,6 +36,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    true,
     type_coerce,
     update,
 )
@@ -541,12 +542,23 @@ class Statements:
         return done, continued, final
 
     def fail_leased(
-        self, job_id: str, lease_token: str, error: str, retry_at: ColumnElement[Any]
+        self,
+        job_id: str,
+        lease_token: str,
+        error: str,
+        retry_at: ColumnElement[Any],
+        *,
+        final: bool = False,
     ) -> Update:
         """Record a failed attempt: back to pending at ``retry_at``, or failed for
-        good when ``max_attempts`` is used up. Fenced by the lease token."""
+        good when ``max_attempts`` is used up or the failure is ``final``. Fenced by
+        the lease token."""
         jobs = self.tables.jobs
-        exhausted = and_(jobs.c.max_attempts.is_not(None), jobs.c.attempt >= jobs.c.max_attempts)
+        exhausted: ColumnElement[bool] = and_(
+            jobs.c.max_attempts.is_not(None), jobs.c.attempt >= jobs.c.max_attempts
+        )
+        if final:
+            exhausted = true()
         return (
             update(jobs)
             .where(
@@ -717,6 +729,52 @@ class Statements:
             .values(scheduled_at=now)
             .returning(jobs.c.type_name)
         )
+
+    def last_job(self, chain_id: str) -> Select[Any]:
+        """The chain's last job (locked): the one a retry runs again."""
+        jobs = self.tables.jobs
+        query = (
+            select(jobs.c.id, jobs.c.status, jobs.c.type_name)
+            .where(jobs.c.chain_id == chain_id)
+            .order_by(jobs.c.chain_index.desc())
+            .limit(1)
+        )
+        return dialects.update_lock(query, self.postgres)
+
+    def unfinished_blockers(self, job_id: str) -> Select[Any]:
+        """The chains ``job_id`` waits on that are not final yet, share-locked so none
+        becomes final (and releases its dependents) before this transaction commits."""
+        blockers, chains = self.tables.blockers, self.tables.chains
+        query = (
+            select(chains.c.id)
+            .join(blockers, blockers.c.blocker_chain_id == chains.c.id)
+            .where(blockers.c.job_id == job_id, chains.c.completed_at.is_(None))
+            .order_by(chains.c.id)
+        )
+        return dialects.share_lock(query, self.postgres)
+
+    def retry_job(self, job_id: str, blockers_pending: int, now: datetime) -> Update:
+        """Put a failed or cancelled job back as new: attempts start over, due now (or
+        blocked while ``blockers_pending`` chains it waits on are unfinished)."""
+        jobs = self.tables.jobs
+        return (
+            update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.status.in_(("failed", "cancelled")))
+            .values(
+                status="blocked" if blockers_pending else "pending",
+                blockers_pending=blockers_pending,
+                attempt=0,
+                scheduled_at=now,
+                completed_at=None,
+                leased_by=None,
+                leased_until=None,
+                lease_token=None,
+            )
+        )
+
+    def reopen_chain(self, chain_id: str) -> Update:
+        chains = self.tables.chains
+        return update(chains).where(chains.c.id == chain_id).values(completed_at=None)
 
     def lock_chain(self, chain_id: str) -> Select[Any]:
         chains = self.tables.chains

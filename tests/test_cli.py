@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,30 @@ def test_migrate_then_inspect_chains(tmp_path: Path, prefix: str) -> None:
     code, output = _invoke("chains", "show", *common, "no-such-chain")
     assert code == 1
     assert "ChainNotFoundError" in output
+
+
+def test_cancel_retry_and_delete_a_chain(tmp_path: Path, prefix: str) -> None:
+    url = f"sqlite:///{tmp_path}/jobs.db"
+    table_prefix = f"{prefix}_"
+    common = ("--database-url", url, "--table-prefix", table_prefix)
+    assert _invoke("migrate", *common)[0] == 0
+    chain_id = asyncio.run(_start_a_chain(f"sqlite+aiosqlite:///{tmp_path}/jobs.db", table_prefix))
+
+    code, output = _invoke("chains", "cancel", *common, chain_id)
+    assert (code, output.strip()) == (0, f"chain {chain_id} (send-email): cancelled")
+    code, output = _invoke("chains", "retry", *common, chain_id, "--json")
+    assert code == 0, output
+    assert json.loads(output)["chain"]["status"] == "pending"
+    code, output = _invoke("chains", "retry", *common, chain_id)
+    assert code == 1
+    assert "InvalidInputError: chain" in output and "is pending" in output
+
+    result = CliRunner().invoke(main, ["chains", "delete", *common, chain_id], input="n\n")
+    assert result.exit_code == 1 and "Aborted" in result.output
+    code, output = _invoke("chains", "delete", *common, chain_id, "--yes")
+    assert (code, output.strip()) == (0, f"deleted chain {chain_id}")
+    code, output = _invoke("chains", "show", *common, chain_id)
+    assert code == 1 and "ChainNotFoundError" in output
 
 
 async def _start_a_chain(url: str, table_prefix: str) -> str:

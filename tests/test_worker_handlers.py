@@ -13,6 +13,7 @@ from queuert_notify.errors import InvalidInputError
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
+from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 from tests.queue_helpers import wait_until
 
 pytest_plugins = ["tests.queue_fixtures"]
@@ -121,6 +122,80 @@ async def _failed_once(client: Client, chain_id: str) -> bool:
 def test_a_retry_backoff_that_is_not_callable_is_refused(client: Client) -> None:
     with pytest.raises(InvalidInputError, match="retry_backoff must be a callable"):
         Worker(client, {"flaky": lambda job, ctx: None}, retry_backoff=5)  # type: ignore[arg-type]
+
+
+async def test_jobs_get_finite_attempts_by_default(client: Client) -> None:
+    chain = await client.start_chain("job")
+    assert (await client.get_chain(chain.id)).last_job.max_attempts == DEFAULT_MAX_ATTEMPTS
+    assert 1 < DEFAULT_MAX_ATTEMPTS < 100
+
+
+async def test_continuations_inherit_the_chains_max_attempts(client: Client) -> None:
+    attempts: list[tuple[str, int]] = []
+
+    async def start(job: Job, ctx: JobContext) -> Any:
+        return ctx.continue_with("inherits")
+
+    async def always_fails(job: Job, ctx: JobContext) -> Any:
+        attempts.append((job.type_name, job.attempt))
+        raise RuntimeError("boom")
+
+    async def inherits(job: Job, ctx: JobContext) -> Any:
+        attempts.append((job.type_name, job.attempt))
+        if job.attempt < 3:
+            raise RuntimeError("not yet")
+        return ctx.continue_with("overrides", max_attempts=1)
+
+    chain = await client.start_chain("start", max_attempts=3)
+    handlers = {"start": start, "inherits": inherits, "overrides": always_fails}
+    async with Worker(client, handlers, retry_backoff=_fast_retries):
+        done = await client.await_chain(chain.id, timeout=10)
+    assert done.status == "failed"
+    assert attempts == [("inherits", 1), ("inherits", 2), ("inherits", 3), ("overrides", 1)]
+
+
+async def test_a_continuation_made_but_not_returned_fails_the_chain_at_once(
+    client: Client,
+) -> None:
+    attempts: list[int] = []
+
+    async def handler(job: Job, ctx: JobContext) -> dict[str, bool]:
+        attempts.append(job.attempt)
+        ctx.continue_with("next-step", {"n": 1})  # forgot `return`
+        return {"done": True}
+
+    chain = await client.start_chain("forgetful", max_attempts=5)
+    async with Worker(client, {"forgetful": handler, "next-step": lambda job, ctx: None}):
+        done = await client.await_chain(chain.id, timeout=10)
+    assert done.status == "failed"
+    assert attempts == [1]
+    assert "ctx.continue_with(...) without returning its result" in (done.last_job.last_error or "")
+
+
+async def test_a_configuration_error_in_a_handler_is_not_retried(client: Client) -> None:
+    attempts: list[int] = []
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        attempts.append(job.attempt)
+        ctx.session  # noqa: B018  # staged mode has no session
+
+    chain = await client.start_chain("misused", max_attempts=5)
+    async with Worker(client, {"misused": handler}, mode="staged"):
+        done = await client.await_chain(chain.id, timeout=10)
+    assert done.status == "failed"
+    assert attempts == [1]
+    assert "ctx.session exists only in atomic mode" in (done.last_job.last_error or "")
+
+
+async def test_a_plain_def_handler_cannot_use_the_async_session(client: Client) -> None:
+    def handler(job: Job, ctx: JobContext) -> None:
+        ctx.session  # noqa: B018
+
+    chain = await client.start_chain("sync", max_attempts=5)
+    async with Worker(client, {"sync": handler}, mode="atomic"):
+        done = await client.await_chain(chain.id, timeout=10)
+    assert done.status == "failed"
+    assert "cannot be used from a plain def handler" in (done.last_job.last_error or "")
 
 
 async def test_handler_that_recovers_on_retry_completes(client: Client) -> None:

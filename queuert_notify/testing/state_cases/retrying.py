@@ -7,9 +7,7 @@ from typing import Any
 
 import pytest
 
-from queuert_notify.errors import (
-    JobOwnershipLostError,
-)
+from queuert_notify.errors import InvalidInputError, JobOwnershipLostError
 from queuert_notify.testing.state_cases.support import (
     claim,
     claim_one,
@@ -68,3 +66,29 @@ class RetryingCases:
         assert chain.status == "failed" and chain.completed_at is not None
         assert chain.last_job.attempt == 2 and chain.last_job.last_error == "boom"
         assert await claim(state) == []
+
+    async def test_a_final_failure_fails_the_chain_whatever_attempts_are_left(
+        self, state: Any
+    ) -> None:
+        started = await start(state, max_attempts=5)
+        job = await claim_one(state)
+        notes = NotificationBuffer()
+        outcome = await state.fail_job(job.id, job.lease_token, "misuse", notes=notes, final=True)
+        assert outcome.status == "failed"
+        assert (await state.get_chain(started.id)).status == "failed"
+        assert notes.completed_chains == [started.id]
+
+    async def test_retry_chain_runs_a_failed_chain_again_with_fresh_attempts(
+        self, state: Any
+    ) -> None:
+        started = await start(state, max_attempts=1)
+        job = await claim_one(state)
+        await state.fail_job(job.id, job.lease_token, "boom", notes=NotificationBuffer())
+        notes = NotificationBuffer()
+        chain = await state.retry_chain(started.id, notes=notes)
+        assert chain.status == "pending" and chain.completed_at is None
+        assert notes.scheduled == {"t": 1}
+        again = await claim_one(state)
+        assert (again.id, again.attempt) == (job.id, 1)
+        with pytest.raises(InvalidInputError):
+            await state.retry_chain(started.id, notes=NotificationBuffer())

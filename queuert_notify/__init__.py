@@ -25,13 +25,15 @@ if TYPE_CHECKING:
     from queuert_notify.notify.nats import NatsNotifyAdapter
     from queuert_notify.notify.postgres import PostgresNotifyAdapter
     from queuert_notify.notify.redis import RedisNotifyAdapter
+    from queuert_notify.sync_client import SyncClient
 
-# Adapters whose driver is an optional extra are imported on first use, so
-# `import queuert_notify` works without redis-py installed.
+# Adapters whose driver is an optional extra (and the sync client) are imported on
+# first use, so `import queuert_notify` works without redis-py installed.
 _OPTIONAL = {
     "NatsNotifyAdapter": "queuert_notify.notify.nats",
     "PostgresNotifyAdapter": "queuert_notify.notify.postgres",
     "RedisNotifyAdapter": "queuert_notify.notify.redis",
+    "SyncClient": "queuert_notify.sync_client",
 }
 
 
@@ -62,6 +64,7 @@ __all__ = [
     "PostgresNotifyAdapter",
     "QueuertError",
     "RedisNotifyAdapter",
+    "SyncClient",
     "Unsubscribe",
     "WaitChainTimeoutError",
     "Worker",

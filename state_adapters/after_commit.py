@@ -14,14 +14,18 @@ records can be dropped with that savepoint.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
+from sqlalchemy.engine import Connection as SyncConnection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import Session as SyncSession
 
 from state_adapters.notifications import NotificationBuffer, Publisher, send_later, track_flush
 
@@ -37,7 +41,26 @@ _COMMIT_WAIT_LIMIT = 60.0
 # -- after-commit flushing -------------------------------------------------------------
 
 
-def _schedule_flush(buffers: dict[Publisher, NotificationBuffer]) -> None:
+class CommitSink(abc.ABC):
+    """Takes the notifications of a synchronous transaction (``SyncClient``), which
+    has no event loop to send them from."""
+
+    @abc.abstractmethod
+    def after_commit(self, notes: NotificationBuffer, outcome: Callable[[], bool | None]) -> None:
+        """``notes`` are owed once the COMMIT succeeded: ``outcome()`` is ``None`` while
+        it is in flight, then whether it succeeded. Called on the committing thread:
+        must not block."""
+
+
+Destination = Publisher | CommitSink
+"""Where a transaction's notifications go once it committed."""
+
+
+def _schedule_flush(buffers: dict[Destination, NotificationBuffer]) -> None:
+    if not any(buffers.values()):
+        return
+    for sink, buffer in _sinks(buffers):
+        sink.after_commit(buffer, _committed)
     if not any(buffers.values()):
         return
     try:
@@ -48,27 +71,42 @@ def _schedule_flush(buffers: dict[Publisher, NotificationBuffer]) -> None:
     _send_all(buffers)
 
 
-def _send_all(buffers: dict[Publisher, NotificationBuffer]) -> None:
+def _send_all(buffers: dict[Destination, NotificationBuffer]) -> None:
     for notify, buffer in buffers.items():
-        send_later(notify, buffer)
+        if not isinstance(notify, CommitSink):
+            send_later(notify, buffer)
+
+
+def _sinks(
+    buffers: dict[Destination, NotificationBuffer],
+) -> list[tuple[CommitSink, NotificationBuffer]]:
+    """The synchronous destinations among ``buffers``, taken out of it."""
+    sinks = [(d, b) for d, b in buffers.items() if isinstance(d, CommitSink)]
+    for sink, _ in sinks:
+        del buffers[sink]
+    return sinks
+
+
+def _committed() -> bool:
+    return True
 
 
 @dataclass(eq=False)
 class _Tracker:
     """The buffers of the current transaction of one session or connection."""
 
-    buffers: dict[Publisher, NotificationBuffer] = field(default_factory=dict)
+    buffers: dict[Destination, NotificationBuffer] = field(default_factory=dict)
     committing: _Commit | None = None
     """Connections only: the COMMIT in flight whose notifications wait for it."""
 
-    def buffer(self, notify: Publisher, savepoints: list[Any]) -> NotificationBuffer:
+    def buffer(self, notify: Destination, savepoints: list[Any]) -> NotificationBuffer:
         buffer = self.buffers.get(notify)
         if buffer is None:
             buffer = self.buffers[notify] = NotificationBuffer()
         buffer.enter_savepoints(savepoints)
         return buffer
 
-    def take(self) -> dict[Publisher, NotificationBuffer]:
+    def take(self) -> dict[Destination, NotificationBuffer]:
         buffers, self.buffers = self.buffers, {}
         return buffers
 
@@ -81,14 +119,27 @@ _trackers: weakref.WeakKeyDictionary[Any, _Tracker] = weakref.WeakKeyDictionary(
 
 
 def buffer_for_transaction(
-    session_or_connection: AsyncSession | AsyncConnection, notify: Publisher
+    session_or_connection: AsyncSession | AsyncConnection | SyncSession | SyncConnection,
+    notify: Destination,
 ) -> NotificationBuffer:
     """The buffer of the caller's current transaction for ``notify``.
 
     Flushed to ``notify`` by a task on the running loop once the transaction
-    has committed; dropped when it rolls back; entries recorded while a
-    savepoint was innermost are dropped if that savepoint rolls back.
+    has committed (a :class:`CommitSink` gets it on the committing thread instead);
+    dropped when it rolls back; entries recorded while a savepoint was innermost are
+    dropped if that savepoint rolls back. Synchronous sessions and connections take
+    a :class:`CommitSink` only.
     """
+    if isinstance(session_or_connection, SyncSession | SyncConnection) and not isinstance(
+        notify, CommitSink
+    ):
+        raise wrong_session(session_or_connection)
+    if isinstance(session_or_connection, SyncSession):
+        tracker = _tracker(session_or_connection, _hook_session)
+        return tracker.buffer(notify, _session_savepoints(session_or_connection))
+    if isinstance(session_or_connection, SyncConnection):
+        tracker = _tracker(session_or_connection, _hook_connection)
+        return tracker.buffer(notify, _connection_savepoints(session_or_connection))
     if isinstance(session_or_connection, AsyncSession):
         session = session_or_connection.sync_session
         tracker = _tracker(session, _hook_session)
@@ -99,9 +150,19 @@ def buffer_for_transaction(
             raise ValueError("the AsyncConnection is not started; use it inside `async with`")
         tracker = _tracker(connection, _hook_connection)
         return tracker.buffer(notify, _connection_savepoints(connection))
-    raise TypeError(
-        "session must be an AsyncSession or AsyncConnection, "
-        f"got {type(session_or_connection).__name__}"
+    raise wrong_session(session_or_connection)
+
+
+def wrong_session(session: object) -> TypeError:
+    """The error for a ``session=`` the async client cannot write in."""
+    if isinstance(session, SyncSession | SyncConnection):
+        return TypeError(
+            f"session is a synchronous {type(session).__name__}: Client writes in an "
+            "AsyncSession or AsyncConnection; synchronous applications use "
+            "queuert_notify.SyncClient"
+        )
+    return TypeError(
+        f"session must be an AsyncSession or AsyncConnection, got {type(session).__name__}"
     )
 
 
@@ -175,6 +236,12 @@ class _Commit:
     transaction: RootTransaction
     failed: bool = False
 
+    def outcome(self) -> bool | None:
+        """``None`` while the COMMIT is in flight, then whether it succeeded."""
+        if self.transaction.is_active and not self.failed:
+            return None
+        return not self.failed
+
 
 def _hook_connection(connection: Connection, tracker: _Tracker) -> None:
     # Core has no after-commit event: the "commit" event fires before COMMIT is
@@ -187,12 +254,16 @@ def _hook_connection(connection: Connection, tracker: _Tracker) -> None:
         buffers = tracker.take()
         if transaction is None or not any(buffers.values()):
             return
+        commit = tracker.committing = _Commit(transaction)
+        for sink, buffer in _sinks(buffers):
+            sink.after_commit(buffer, commit.outcome)
+        if not any(buffers.values()):
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             logger.warning("no running event loop at COMMIT; notifications dropped")
             return
-        commit = tracker.committing = _Commit(transaction)
         task = loop.create_task(
             _flush_after_commit(commit, buffers), name="queuert-after-commit-flush"
         )
@@ -224,7 +295,7 @@ def _on_database_error(context: ExceptionContext) -> None:
 
 
 async def _flush_after_commit(
-    commit: _Commit, buffers: dict[Publisher, NotificationBuffer]
+    commit: _Commit, buffers: dict[Destination, NotificationBuffer]
 ) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _COMMIT_WAIT_LIMIT

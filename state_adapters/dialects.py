@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from sqlalchemy import JSON, Select, bindparam, event, func, literal_column, select, text, true
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
@@ -81,7 +81,7 @@ def is_postgres(engine_or_connection: AsyncEngine | AsyncConnection) -> bool:
 
 
 def configure_engine(
-    engine: AsyncEngine, *, synchronous: SqliteSynchronous = SQLITE_SYNCHRONOUS
+    engine: AsyncEngine | Engine, *, synchronous: SqliteSynchronous = SQLITE_SYNCHRONOUS
 ) -> None:
     """Install the SQLite connection hooks (idempotent; nothing to do on Postgres).
 
@@ -94,7 +94,7 @@ def configure_engine(
         )
     if engine.dialect.name != "sqlite":
         return
-    sync_engine = engine.sync_engine
+    sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
     _SYNCHRONOUS[sync_engine.dialect] = synchronous
     if not event.contains(sync_engine, "begin", _sqlite_begin_immediate):
         event.listen(sync_engine, "begin", _sqlite_begin_immediate)

@@ -14,7 +14,7 @@ import re
 import weakref
 
 from sqlalchemy import event
-from sqlalchemy.engine import Dialect, ExceptionContext
+from sqlalchemy.engine import Dialect, Engine, ExceptionContext
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from state_adapters.errors import ConfigurationError
@@ -28,10 +28,10 @@ _SQLITE_NAME = re.compile(r"no such table: (\S+)")
 _WATCHED: weakref.WeakKeyDictionary[Dialect, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
-def watch(engine: AsyncEngine, tables: Tables) -> None:
+def watch(engine: AsyncEngine | Engine, tables: Tables) -> None:
     """From now on, a statement on ``engine`` that fails because one of ``tables`` does
     not exist raises :func:`error`'s ConfigurationError instead (idempotent)."""
-    sync_engine = engine.sync_engine
+    sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
     names = _WATCHED.setdefault(sync_engine.dialect, {})
     names.update((table.name, tables.table_prefix) for table in tables.metadata.sorted_tables)
     if not event.contains(sync_engine, "handle_error", _on_error):

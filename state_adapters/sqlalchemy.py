@@ -21,7 +21,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy import RowMapping
 from sqlalchemy.exc import DBAPIError
@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.sql import ClauseElement
 
 from state_adapters import dialects, missing_tables, validation
+from state_adapters.after_commit import wrong_session
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
 from state_adapters.compiled import CompiledStatement
 from state_adapters.connection_lanes import lanes_for
@@ -62,9 +63,10 @@ from state_adapters.schema import (
 )
 from state_adapters.sqlite_driver import DriverTransaction, driver_transaction
 from state_adapters.statements import JOB_FIELDS, Statements
+from state_adapters.sync_bridge import SyncConnection
 
 if TYPE_CHECKING:
-    CallerSession = AsyncSession | AsyncConnection | None
+    CallerSession = AsyncSession | AsyncConnection | SyncConnection | None
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +199,7 @@ class SqlAlchemyStateAdapter:
         blocker_ids = {b for chain in chains for b in chain.blockers}
         open_blockers: set[str] = set()
         if blocker_ids:
-            assert isinstance(conn, AsyncConnection)
+            assert not isinstance(conn, DriverTransaction)
             rows = (await conn.execute(*self._sql.mark_dependents(list(blocker_ids)))).all()
             found = {row.id for row in rows}
             missing = sorted(blocker_ids - found)
@@ -216,7 +218,7 @@ class SqlAlchemyStateAdapter:
         ids = [chain.id or new_id() for chain in chains]
         holders: dict[tuple[str, str], str] = {}
         if any(chain.dedup_key is not None for chain in chains):
-            assert isinstance(conn, AsyncConnection)
+            assert not isinstance(conn, DriverTransaction)
             holders = await self._take_dedup_keys(conn, chains, ids, now)
         for chain, chain_id in zip(chains, ids, strict=True):
             job = chain.job
@@ -987,14 +989,17 @@ async def _begun(conn: AsyncConnection) -> AsyncIterator[AsyncConnection]:
         yield conn
 
 
-async def _caller_connection(session: AsyncSession | AsyncConnection) -> AsyncConnection:
+async def _caller_connection(
+    session: AsyncSession | AsyncConnection | SyncConnection,
+) -> AsyncConnection:
     if isinstance(session, AsyncSession):
         return await session.connection()
     if isinstance(session, AsyncConnection):
         return session
-    raise InvalidInputError(
-        f"session must be an AsyncSession or AsyncConnection, got {type(session).__name__}"
-    )
+    if isinstance(session, SyncConnection):
+        # Awaits on it finish at once (see state_adapters.sync_bridge).
+        return cast(AsyncConnection, session)
+    raise wrong_session(session)
 
 
 # -- records -----------------------------------------------------------------------------

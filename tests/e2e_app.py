@@ -1,8 +1,10 @@
 """A user application for tests that run workers in their own processes:
 ``python -m queuert_notify.cli worker tests.e2e_app:build_worker``.
 
-Configured through the environment (``QT_*``). Its ``effect`` handler records one row
-per run in an application table through ``ctx.session`` (atomic mode, the default), so
+Configured through the environment (``QT_*``; wakeups from Redis with
+``QT_REDIS_URL``/``QT_REDIS_PREFIX``, from Postgres with ``QT_POSTGRES_NOTIFY=prefix``).
+Its ``effect`` handler records one row per run in an application table through
+``ctx.session`` (atomic mode, the default), so
 the row commits exactly when the job's completion does: counting rows per job proves
 exactly-once completion across processes. With ``QT_MODE=staged`` the row commits in a
 transaction of its own just before the completion (at least once).
@@ -37,6 +39,12 @@ def effects_table(table_prefix: str) -> Table:
 
 
 def _notify() -> NotifyAdapter:
+    if os.environ.get("QT_POSTGRES_NOTIFY"):
+        from queuert_notify.notify.postgres import PostgresNotifyAdapter
+
+        return PostgresNotifyAdapter(
+            os.environ["QT_DATABASE_URL"], prefix=os.environ["QT_POSTGRES_NOTIFY"]
+        )
     redis_url = os.environ.get("QT_REDIS_URL")
     if redis_url:
         from queuert_notify.notify.redis import RedisNotifyAdapter

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.ext.asyncio import AsyncConnection as SaAsyncConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
@@ -35,6 +35,7 @@ from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
 from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.shared_listener import SharedListener
+from state_adapters.notifications import NotificationBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -226,6 +227,23 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
         await connection.execute(
             _NOTIFY_MANY_SQLALCHEMY, {"channels": channels, "payloads": payloads}
         )
+
+    def notify_in_sync_transaction(self, connection: Connection, notes: NotificationBuffer) -> None:
+        """``notes`` as NOTIFYs inside the caller's open synchronous transaction, in one
+        statement (for ``SyncClient``): delivered when it commits, dropped when it or the
+        savepoint they were issued in rolls back."""
+        self._check_open()
+        if connection.dialect.name != "postgresql":
+            raise ConfigurationError(
+                "PostgresNotifyAdapter notifies inside the transaction, so SyncClient needs "
+                f"a PostgreSQL engine with it, not {connection.dialect.name}"
+            )
+        messages = self._messages(notes.scheduled, notes.completed_chains, notes.lost_jobs)
+        if messages:
+            channels, payloads = [m[0] for m in messages], [m[1] for m in messages]
+            connection.execute(
+                _NOTIFY_MANY_SQLALCHEMY, {"channels": channels, "payloads": payloads}
+            )
 
     # -- wake hints (not kept) -------------------------------------------------
 

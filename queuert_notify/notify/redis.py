@@ -48,6 +48,7 @@ from queuert_notify.notify.protocol import (
 from queuert_notify.notify.shared_listener import SharedListener
 
 if TYPE_CHECKING:
+    from queuert_notify.notify.redis_blocking import RedisBlockingPublisher
     from queuert_notify.notify.redis_cluster import RedisClusterTransport
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ _SUBSCRIBER_HEALTH_CHECK = 30  # seconds; PING an idle subscriber so a dead sock
 _POOL_INTERNAL_KWARGS = ("himport_registry", "event_dispatcher", "redis_connect_func")
 
 
-def _lua(name: str) -> str:
+def lua_script(name: str) -> str:
     """The script ``lua/{name}.lua`` behind the budget prelude (``lua/budget.lua``) every
     wake-budget script shares."""
     folder = files("queuert_notify.notify") / "lua"
@@ -71,9 +72,9 @@ def _lua(name: str) -> str:
     )
 
 
-_PROVIDE_WAKE_HINT = _lua("provide_wake_hint")
-_CONSUME_WAKE_HINT = _lua("consume_wake_hint")
-_NOTIFY_JOBS_SCHEDULED = _lua("notify_jobs_scheduled")
+_PROVIDE_WAKE_HINT = lua_script("provide_wake_hint")
+_CONSUME_WAKE_HINT = lua_script("consume_wake_hint")
+_NOTIFY_JOBS_SCHEDULED = lua_script("notify_jobs_scheduled")
 
 
 # Wire names live in these two functions only (cluster names: redis_cluster.py).
@@ -143,8 +144,10 @@ class RedisNotifyAdapter(ConnectOnEnter):
             raise ConfigurationError(
                 f"Redis prefix {prefix!r} is not allowed: use letters, digits, '_', '.' or '-'"
             )
+        self._url = url
+        self._cluster = cluster or isinstance(client, RedisCluster)
         transport: type[RedisServerTransport | RedisClusterTransport] = RedisServerTransport
-        if cluster or isinstance(client, RedisCluster):
+        if self._cluster:
             from queuert_notify.notify.redis_cluster import RedisClusterTransport
 
             transport = RedisClusterTransport
@@ -166,6 +169,23 @@ class RedisNotifyAdapter(ConnectOnEnter):
     def prefix(self) -> str:
         """The prefix of every channel and key this adapter uses."""
         return self._transport.prefix
+
+    def blocking_publisher(self) -> RedisBlockingPublisher:
+        """A publisher with a blocking client on this adapter's server, wire layout
+        and scripts, for ``SyncClient`` (which publishes from a thread of its own)."""
+        from queuert_notify.notify.redis_blocking import RedisBlockingPublisher
+
+        if self._cluster:
+            raise ConfigurationError(
+                "SyncClient cannot publish to Redis Cluster yet: use a single Redis server, "
+                "PostgresNotifyAdapter, or notify=None (workers poll)"
+            )
+        if self._url is None:
+            raise ConfigurationError(
+                "SyncClient needs a RedisNotifyAdapter built with url=...: a caller's "
+                "redis.asyncio client belongs to its event loop"
+            )
+        return RedisBlockingPublisher(self._url, self.prefix)
 
     async def connect(self) -> None:
         """Load the scripts and open the subscriber; idempotent.

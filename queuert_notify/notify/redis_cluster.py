@@ -39,13 +39,13 @@ from queuert_notify.errors import ConfigurationError, mask_url
 from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis import _CONSUME_WAKE_HINT, _PROVIDE_WAKE_HINT, _lua, _retry
+from queuert_notify.notify.redis import _CONSUME_WAKE_HINT, _PROVIDE_WAKE_HINT, _retry, lua_script
 from queuert_notify.notify.sharded_subscriber import ShardedSubscriber
 from queuert_notify.notify.shared_listener import SharedListener
 
 logger = logging.getLogger(__name__)
 
-_NOTIFY_JOBS_SCHEDULED_SHARDED = _lua("notify_jobs_scheduled_sharded")
+_NOTIFY_JOBS_SCHEDULED_SHARDED = lua_script("notify_jobs_scheduled_sharded")
 _SCHEMES = ("redis", "rediss")
 
 

@@ -15,12 +15,14 @@ from benchmarks import (
     redis_cost,
     start_throughput,
     steady_state,
+    sync_start,
     wake_hints,
     wake_latency,
 )
 
 BENCHMARKS: tuple[ModuleType, ...] = (
     start_throughput,
+    sync_start,
     drain,
     steady_state,
     wake_latency,

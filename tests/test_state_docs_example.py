@@ -1,4 +1,5 @@
 """The runnable examples do what their pages say: docs/transactional-enqueue.md's,
+docs/sync-apps.md's WSGI app,
 README.md's (as written, with no server), and docs/testing.md's tests, which pass on
 SQLite + in-process notify and unchanged on Postgres + Redis."""
 
@@ -44,6 +45,13 @@ async def test_the_transactional_enqueue_example_runs() -> None:
     assert "completed, output {'sent_to': 'ada@example.com'}" in text
     assert "users: ['ada@example.com'], ada welcomed: True" in text
     assert "jobs per status: {'completed': 1}" in text
+
+
+async def test_the_sync_wsgi_example_runs_and_the_page_shows_it_as_it_is() -> None:
+    example = REPO / "docs/examples/sync_wsgi_app.py"
+    text = await _run(example, cwd=REPO)
+    assert text.splitlines() == ["201 1", "201 2", "jobs run: 2", "charged: ['book', 'lamp']"]
+    assert example.read_text() in (REPO / "docs" / "sync-apps.md").read_text()
 
 
 def _readme_example() -> str:

@@ -49,6 +49,23 @@ async def test_starting_a_chain_says_to_run_migrate(client: Client, prefix: str)
     assert str(raised.value) == _expected(prefix, "chains")
 
 
+def test_the_sync_client_says_to_run_migrate(database_url: str, prefix: str) -> None:
+    from sqlalchemy import create_engine
+
+    from queuert_notify import SyncClient
+
+    engine = create_engine(database_url.replace("+aiosqlite", ""))
+    client = SyncClient(engine, table_prefix=f"{prefix}_")
+    try:
+        with pytest.raises(ConfigurationError) as raised:
+            client.start_chain("send-email", {"to": "a@b.c"})
+        assert str(raised.value) == _expected(prefix, "chains")
+        with pytest.raises(ConfigurationError, match="never migrated"):
+            client.get_chain("some-chain")
+    finally:
+        engine.dispose()
+
+
 async def test_reading_says_to_run_migrate(client: Client, prefix: str) -> None:
     with pytest.raises(ConfigurationError) as raised:
         await client.state.list_chains()

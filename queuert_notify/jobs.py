@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from queuert_notify.errors import ConfigurationError, InvalidInputError
 from state_adapters.protocol import ContinueWith, JobRecord, StateAdapter
+
+if TYPE_CHECKING:
+    from state_adapters.handler_transaction import HandlerTransaction
 from state_adapters.validation import check_json, check_type_name, new_job
 
 if TYPE_CHECKING:
@@ -85,7 +88,7 @@ class JobContext:
         worker_id: str,
         lease_token: str,
         lease_seconds: float,
-        session_factory: Callable[[], AsyncSession] | None,
+        transaction: HandlerTransaction | None,
         no_session_reason: str = "ctx.session is not available here",
         on_progress: Callable[[Any], None],
         on_lease_renewed: Callable[[datetime], None],
@@ -95,9 +98,9 @@ class JobContext:
         self._state = state
         self._lease_token = lease_token
         self._lease_seconds = lease_seconds
-        self._session_factory = session_factory
+        self.transaction = transaction
+        """The handler's transaction in atomic mode (``None``: no ``ctx.session``)."""
         self._no_session_reason = no_session_reason
-        self._session: AsyncSession | None = None
         self._on_progress = on_progress
         self._on_lease_renewed = on_lease_renewed
         self._continuations: list[ContinueWith] = []
@@ -110,7 +113,7 @@ class JobContext:
         ``continue_with``, or not at all (handler error, lost ownership). The session is
         opened on first access; a handler that never touches it costs no transaction.
         """
-        if self._session_factory is None:
+        if self.transaction is None:
             raise ConfigurationError(self._no_session_reason)
         try:
             asyncio.get_running_loop()
@@ -120,14 +123,7 @@ class JobContext:
                 "from a plain def handler, which runs in a thread: make the handler an async "
                 "def, or run sync code on the session with `await ctx.session.run_sync(fn)`"
             ) from None
-        if self._session is None:
-            self._session = self._session_factory()
-        return self._session
-
-    @property
-    def opened_session(self) -> AsyncSession | None:
-        """The session if the handler opened one, else ``None`` (for the worker)."""
-        return self._session
+        return self.transaction.session
 
     async def set_progress(self, progress: Any) -> None:
         """Store a JSON-serializable progress value on the job (visible to ``get_job``)."""

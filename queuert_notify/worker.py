@@ -17,11 +17,11 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from queuert_notify.client import CLOSE_FLUSH_LIMIT, Client
 from queuert_notify.completion_batcher import BatchWriter, CompletionBatcher, CompletionResult
@@ -35,15 +35,11 @@ from queuert_notify.events import EventKind, WorkerEvent
 from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
-from state_adapters.after_commit import buffer_for_transaction
 from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.notifications import NotificationBuffer, wait_for_notifications
 from state_adapters.outage_log import OutageLog
 from state_adapters.protocol import Completion, ContinueWith, JobRecord
 from state_adapters.validation import check_json
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
 
 logger = logging.getLogger(__name__)
 
@@ -188,12 +184,11 @@ class Worker:
         self.reap_interval = reap_interval if reap_interval is not None else lease / 2
         self.jitter = jitter
         self.on_event = on_event
-        self._session_factory = _session_factory(client) if mode == "atomic" else None
         self._no_session_reason = (
             "ctx.session exists only in atomic mode; this worker runs in staged mode "
             "(Worker(..., mode='atomic') to write in the completion's transaction)"
             if mode == "staged"
-            else f"ctx.session needs a state adapter with an `engine` (AsyncEngine) attribute; "
+            else f"ctx.session needs a state adapter with handler transactions; "
             f"{type(client.state).__name__} has none"
         )
         self._batch_size = completion_batch_size
@@ -292,11 +287,9 @@ class Worker:
             await self.client.connect()
             self._check_pool_size()
             await self._check_tables()
-            # Optional (the SQL adapter has it): claims and completions on connections
-            # kept out of the pool while the worker runs.
-            holding = getattr(self.client.state, "holding_connections", None)
-            if holding is not None:
-                await held.enter_async_context(holding())
+            # Claims and completions on connections kept out of the pool while the
+            # worker runs (when the adapter keeps any).
+            await held.enter_async_context(self.client.state.holding_connections())
             try:
                 subscriptions.extend(await self._subscribe())
             except Exception as exc:
@@ -372,21 +365,20 @@ class Worker:
             return
 
     def _check_pool_size(self) -> None:
-        engine = getattr(self.client.state, "engine", None)
-        size = getattr(getattr(engine, "pool", None), "size", None)
-        if self.mode != "atomic" or not callable(size):
+        size = self.client.state.connection_capacity()
+        if self.mode != "atomic" or size is None:
             return
         # A session per handler, the two connections claims and completions keep, and two
         # for the rest (reaping, renewals, failures).
         wanted = self.concurrency + 4
-        if size() < wanted:
+        if size < wanted:
             # Connections beyond the pool are opened and closed per use, which costs more
             # than the job itself when every handler writes through ctx.session.
             logger.info(
                 "the engine's pool (pool_size=%s) is smaller than concurrency + 4 = %s; "
                 "handlers that use ctx.session will open a connection per job. "
                 "Pass create_async_engine(..., pool_size=%s).",
-                size(),
+                size,
                 wanted,
                 wanted,
                 extra={"worker_id": self.worker_id},
@@ -664,18 +656,15 @@ class Worker:
         the state adapter says that is cheaper (``completes_with_claims``: SQLite, one
         writer at a time); otherwise the batcher writes them while this claims."""
         state = self.client.state
-        combined = getattr(state, "complete_and_acquire", None)
         assert self._batcher is not None
-        merge = combined is not None and getattr(state, "completes_with_claims", False)
-        taken = self._batcher.take() if merge else []
-        if combined is None or not taken:
+        taken = self._batcher.take() if state.completes_with_claims else []
+        if not taken:
             return await state.acquire(
                 self.type_names, worker_id=self.worker_id, lease_seconds=self.lease, limit=limit
             )
-        complete_and_acquire: Callable[..., Awaitable[Any]] = combined
         return await self._batcher.write_with(
             taken,
-            lambda completions, notes: complete_and_acquire(
+            lambda completions, notes: state.complete_and_acquire(
                 completions,
                 notes=notes,
                 type_names=self.type_names,
@@ -686,26 +675,22 @@ class Worker:
         )
 
     def _batch_writer(self) -> BatchWriter:
-        """How the batcher writes completions alone: with ``complete_and_acquire`` and no
-        claim when the state adapter has it (it reads back no job rows), else with
-        ``complete_jobs``."""
+        """How the batcher writes completions alone: ``complete_and_acquire`` with no
+        claim (it reads back no job rows)."""
         state = self.client.state
-        combined = getattr(state, "complete_and_acquire", None)
 
         async def write(
             completions: list[Completion], notes: NotificationBuffer
         ) -> Sequence[CompletionResult]:
-            if combined is not None:
-                written, _ = await combined(
-                    completions,
-                    notes=notes,
-                    type_names=self.type_names,
-                    worker_id=self.worker_id,
-                    lease_seconds=self.lease,
-                    limit=0,
-                )
-                return list(written)
-            return [_lost_or_none(r) for r in await state.complete_jobs(completions, notes=notes)]
+            written, _ = await state.complete_and_acquire(
+                completions,
+                notes=notes,
+                type_names=self.type_names,
+                worker_id=self.worker_id,
+                lease_seconds=self.lease,
+                limit=0,
+            )
+            return list(written)
 
         return write
 
@@ -817,7 +802,7 @@ class Worker:
             worker_id=self.worker_id,
             lease_token=run.lease_token,
             lease_seconds=self.lease,
-            session_factory=self._session_factory,
+            transaction=self.client.state.handler_transaction() if self.mode == "atomic" else None,
             no_session_reason=self._no_session_reason,
             on_progress=lambda progress: self._emit("progress", job, progress=progress),
             on_lease_renewed=lambda until: self._renewed(run, until),
@@ -833,10 +818,8 @@ class Worker:
                 for check in list(run.checks):
                     check.cancel()
                 await asyncio.gather(*run.checks, return_exceptions=True)
-            session = ctx.opened_session
-            if session is not None:
-                # Shielded so a cancelled run still returns its connection to the pool.
-                await asyncio.shield(session.close())
+            if ctx.transaction is not None:
+                await ctx.transaction.close()
             if unsubscribe is not None:
                 with suppress(Exception):
                     await unsubscribe()
@@ -1015,14 +998,14 @@ class Worker:
 
     async def _complete(self, run: _Run, ctx: JobContext, completion: Completion) -> None:
         job = run.job
-        session = ctx.opened_session
-        if session is not None and not _holds_work(session):
-            # Taken but never written through: nothing must commit with this completion,
-            # so it shares a batch like a staged one.
-            session = None
+        # A handler that never wrote through ctx.session has nothing to commit with its
+        # completion, which then shares a batch like a staged one.
+        transaction = ctx.transaction if ctx.transaction and ctx.transaction.holds_work() else None
         try:
-            if session is not None:
-                outcome = await self._complete_in_session(session, completion)
+            if transaction is not None:
+                outcome = await transaction.complete(
+                    self.client.state, completion, self.client.notify
+                )
             else:
                 batcher = self._batcher
                 assert batcher is not None
@@ -1035,7 +1018,7 @@ class Worker:
                     until=run.expires_at,
                 )
         except Exception as exc:
-            if session is not None:
+            if transaction is not None:
                 # Usually the handler's own writes (an IntegrityError flushed at COMMIT):
                 # a failed attempt, recorded and retried like an exception in the handler.
                 await self._fail(run, ctx, exc)
@@ -1060,26 +1043,11 @@ class Worker:
             self._maybe_more = True
             self._wake.set()
 
-    async def _complete_in_session(
-        self, session: AsyncSession, completion: Completion
-    ) -> CompletionResult:
-        notes = buffer_for_transaction(session, self.client.notify)
-        (outcome,) = await self.client.state.complete_jobs(
-            [completion], notes=notes, session=session
-        )
-        if isinstance(outcome, JobOwnershipLostError):
-            # The handler's writes must not outlive the lease they were made under.
-            await session.rollback()
-            return outcome
-        await session.commit()
-        return None
-
     async def _fail(self, run: _Run, ctx: JobContext, exc: BaseException) -> None:
         job = run.job
-        session = ctx.opened_session
-        if session is not None:
+        if ctx.transaction is not None:
             with suppress(Exception):
-                await session.rollback()
+                await ctx.transaction.rollback()
         if isinstance(exc, _HandlerTimeout):
             error = str(exc)
         else:
@@ -1258,23 +1226,3 @@ def _check_positive(
         bound = ">= 0" if allow_zero else "> 0"
         kind = "an int" if integer else "a number"
         raise InvalidInputError(f"{name} must be {kind} {bound}, got {value!r}")
-
-
-def _lost_or_none(outcome: object) -> CompletionResult:
-    return outcome if isinstance(outcome, JobOwnershipLostError) else None
-
-
-def _holds_work(session: AsyncSession) -> bool:
-    """Whether the handler began a transaction in ``session`` or left objects in it to
-    flush: then its completion must commit in that transaction, alone."""
-    return session.in_transaction() or bool(session.new or session.dirty or session.deleted)
-
-
-def _session_factory(client: Client) -> Callable[[], AsyncSession] | None:
-    """Sessions on the state adapter's engine, for atomic mode (``None`` without one)."""
-    from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
-
-    engine = getattr(client.state, "engine", None)
-    if not isinstance(engine, AsyncEngine):
-        return None
-    return async_sessionmaker(engine, expire_on_commit=False)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
     from state_adapters.errors import JobOwnershipLostError
+    from state_adapters.handler_transaction import HandlerTransaction
     from state_adapters.notifications import NotificationBuffer
 
     CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
@@ -316,6 +317,17 @@ class StateAdapter(Protocol):
         """While open, the calls a worker repeats may keep connections out of the pool."""
         ...
 
+    def handler_transaction(self) -> HandlerTransaction | None:
+        """A new transaction for one atomic-mode handler run (``ctx.session``), or
+        ``None`` when this adapter has none (atomic handlers then get a
+        ``ConfigurationError`` from ``ctx.session``)."""
+        ...
+
+    def connection_capacity(self) -> int | None:
+        """How many connections this adapter's pool keeps (``None``: unknown), so a
+        worker can say when ``concurrency`` atomic handlers would exceed it."""
+        ...
+
     async def complete_and_acquire(
         self,
         completions: Sequence[Completion],
@@ -339,6 +351,12 @@ class StateAdapterBase:
     @property
     def completes_with_claims(self) -> bool:
         return False
+
+    def handler_transaction(self) -> HandlerTransaction | None:
+        return None
+
+    def connection_capacity(self) -> int | None:
+        return None
 
     def holding_connections(self) -> AbstractAsyncContextManager[None]:
         return _nothing_held()

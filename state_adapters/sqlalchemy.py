@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy import RowMapping
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.sql import ClauseElement
 
 from state_adapters import dialects, missing_tables, validation
@@ -41,6 +41,7 @@ from state_adapters.errors import (
     JobNotFoundError,
     JobOwnershipLostError,
 )
+from state_adapters.handler_transaction import HandlerTransaction
 from state_adapters.ids import new_id
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
@@ -141,6 +142,7 @@ class SqlAlchemyStateAdapter:
         self._lanes = lanes_for(self._single_writer)
         # What workers and producers repeat is compiled once (see _compiled).
         self._compiled_statements: dict[ClauseElement, CompiledStatement] = {}
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     # -- schema ------------------------------------------------------------------------
 
@@ -322,6 +324,15 @@ class SqlAlchemyStateAdapter:
         and so on two cores, which is faster than one after the other.
         """
         return not self._postgres
+
+    def handler_transaction(self) -> HandlerTransaction:
+        """A session on the adapter's engine for one atomic-mode handler run."""
+        return HandlerTransaction(self._sessions)
+
+    def connection_capacity(self) -> int | None:
+        """The engine's ``pool_size`` (``None`` for a pool without one)."""
+        size = getattr(self.engine.pool, "size", None)
+        return size() if callable(size) else None
 
     def holding_connections(self) -> AbstractAsyncContextManager[None]:
         """While this is open, :meth:`acquire` and :meth:`complete_jobs` (outside a

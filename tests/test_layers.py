@@ -6,6 +6,8 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 import state_adapters
 
 
@@ -39,14 +41,15 @@ def test_the_state_layers_errors_are_the_ones_users_catch() -> None:
     assert issubclass(errors.NotifyAdapterClosedError, state_errors.QueuertError)
 
 
-def test_the_client_imports_no_sqlalchemy() -> None:
-    """Sessions, retries and after-commit plumbing belong to the state layer."""
+@pytest.mark.parametrize("module", ["client", "worker"])
+def test_the_client_and_the_worker_import_no_sqlalchemy_and_probe_nothing(module: str) -> None:
+    """Sessions, retries and after-commit plumbing belong to the state layer, and the
+    state adapter's capabilities are declared by its protocol, not probed."""
     import ast
     from pathlib import Path
 
-    import queuert_notify.client
-
-    tree = ast.parse(Path(queuert_notify.client.__file__).read_text())
+    source = (Path(__file__).parent.parent / "queuert_notify" / f"{module}.py").read_text()
+    tree = ast.parse(source)
     imported = [
         node.module if isinstance(node, ast.ImportFrom) else alias.name
         for node in ast.walk(tree)
@@ -54,3 +57,9 @@ def test_the_client_imports_no_sqlalchemy() -> None:
         for alias in node.names
     ]
     assert not [m for m in imported if m and m.split(".")[0] == "sqlalchemy"], imported
+    probes = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"
+    ]
+    assert not probes, f"{module}.py probes with getattr at lines {[p.lineno for p in probes]}"

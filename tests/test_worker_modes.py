@@ -18,6 +18,7 @@ from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker import Worker
+from state_adapters.protocol import StateAdapterBase
 from tests.queue_helpers import STATE_KINDS, CountingState, wait_until
 
 pytest_plugins = ["tests.queue_fixtures"]
@@ -204,18 +205,15 @@ async def test_atomic_jobs_running_together_commit_independently(
     assert _completion_writes(counting) <= 9 + 10
 
 
-class _ProtocolOnly:
-    """The real state adapter without the SQL adapter's optional hot-path methods, as a
-    state adapter of the user's own would be."""
-
-    _optional = ("complete_and_acquire", "completes_with_claims", "holding_connections")
+class _ProtocolOnly(StateAdapterBase):
+    """The real state adapter with the base class's defaults for the worker-loop
+    capabilities (no combined claim and completion, no connections kept, no handler
+    transactions), as a state adapter of the user's own would have."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
-        if name in self._optional:
-            raise AttributeError(name)
         return getattr(self._inner, name)
 
 

@@ -35,6 +35,7 @@ from queuert_notify.events import EventKind, WorkerEvent
 from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
+from queuert_notify.wake_policy import WakePolicy
 from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.notifications import NotificationBuffer, wait_for_notifications
 from state_adapters.outage_log import OutageLog
@@ -45,19 +46,11 @@ logger = logging.getLogger(__name__)
 
 WorkerMode = Literal["atomic", "staged"]
 
-_MIN_IDLE_SLEEP = 0.01
-"""Floor of a sleep computed from a due time, so clock skew cannot make a hot loop."""
-_CLAIMER_GRACE = 0.25
-"""Seconds a due job announced to another worker may stay pending before this one,
-told by the wake budget that it has a claimer, looks again."""
 _MAX_ERROR_BACKOFF = 30.0
 _RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
 _MAX_ERROR_TEXT = 8000
 _MAX_RETRY_DELAY = 366 * 24 * 3600.0
 """A retry further away than a year is taken for a bug in ``retry_backoff``."""
-_HINT_RETRY = 1.0
-"""Seconds between calls to a wake budget that failed (every hint counts as granted
-meanwhile)."""
 _RENEW_RETRY = 0.25
 """Seconds at most between a failed lease renewal and the next attempt."""
 _CANCEL_GRACE = 1.0
@@ -202,7 +195,13 @@ class Worker:
         self._runs: dict[str, _Run] = {}  # lease token -> run, until its outcome is written
         self._busy = 0  # runs holding a slot: their handler has not finished
         self._wake = asyncio.Event()
-        self._maybe_more = False
+        self._policy = WakePolicy(
+            client.notify,
+            lambda: client.state.next_due_at(self.type_names),
+            poll_interval=poll_interval,
+            jitter=jitter,
+            worker_id=self.worker_id,
+        )
         self._stopping = False
         self._force = False
         self._stop_requested = asyncio.Event()
@@ -210,8 +209,6 @@ class Worker:
         self._started = asyncio.Event()
         self._done = asyncio.Event()
         self._hint_tasks: set[asyncio.Task[None]] = set()
-        self._hint_outage = OutageLog(logger, "consume_wake_hint")
-        self._hint_retry_at = float("-inf")
         self._owls_outage = OutageLog(logger, "listening for ownership loss")
         self._resubscriber: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
@@ -221,16 +218,6 @@ class Worker:
         """``loop.time()`` by which the worker stops without what has not ended."""
         self._batcher: CompletionBatcher | None = None
         self._run_task: asyncio.Task[None] | None = None
-        self._due_streak = 0
-        # Types to ask the wake budget about before the next claim: announced while
-        # every slot was busy, or run by a claim that filled the last free slot (which
-        # says nothing about what is left).
-        self._recheck: set[str] = set()
-        # Claim on the next pass whatever else says: a hint was granted, the poll
-        # timer fired, or the subscription came back.
-        self._claim_now = False
-        # Claim on the next pass only if a job is still due (see _idle_timeout).
-        self._due_check = False
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -532,73 +519,21 @@ class Worker:
             return
         if self._free_slots() <= 0:
             # Busy: leave the hint to an idle worker; ask for it when a slot frees.
-            self._recheck.add(type_name)
+            self._policy.busy(type_name)
             return
         task = asyncio.create_task(self._consume_hint(type_name))
         self._hint_tasks.add(task)
         task.add_done_callback(self._hint_tasks.discard)
 
     async def _consume_hint(self, type_name: str) -> None:
-        if await self._hint_granted(type_name):
-            self._claim_now = True
+        if await self._policy.hint_granted(type_name):
+            self._policy.granted()
             self._wake.set()
-
-    async def _hint_granted(self, type_name: str) -> bool:
-        """Ask the wake budget for one unit of ``type_name``. Unknown counts as granted
-        (wake rather than miss); while the budget cannot be reached, it is asked at most
-        once per ``_HINT_RETRY`` (a failing call costs the client's retries, ~0.4 s for
-        redis-py, which would otherwise slow every claim down)."""
-        loop = asyncio.get_running_loop()
-        if loop.time() < self._hint_retry_at:
-            return True
-        try:
-            granted = await self.client.notify.consume_wake_hint(type_name)
-        except Exception:
-            self._hint_retry_at = loop.time() + _HINT_RETRY
-            self._hint_outage.failed("waking anyway", worker_id=self.worker_id, type_name=type_name)
-            return True
-        self._hint_outage.succeeded()
-        return granted
 
     def _on_reconnect(self) -> None:
         # Notifications may have been missed while the transport was down: poll now.
-        self._maybe_more = True
+        self._policy.more_may_wait()
         self._wake.set()
-
-    async def _should_claim(self) -> bool:
-        """Whether this pass of the loop claims.
-
-        A freed slot asks the wake budget of the types in ``_recheck`` first, one unit
-        at a time as a notification would, and claims only when one is granted: when a
-        crowd of idle workers ran a burst of jobs, the budget is spent and nobody
-        queries SQL again for jobs that are gone. A granted hint, the poll timer, a
-        reconnect or a claim that filled several slots claims at once.
-        """
-        if self._claim_now or self._maybe_more:
-            self._claim_now = self._due_check = False
-            return True
-        if self._due_check:
-            self._due_check = False
-            due = await self.client.state.next_due_at(self.type_names)
-            return due is not None and _aware(due) <= datetime.now(UTC)
-        for type_name in sorted(self._recheck):
-            if await self._hint_granted(type_name):
-                return True
-        if self._recheck:
-            self._recheck.clear()  # spent: every announced job has a claimer
-            return False
-        return True
-
-    def _claimed(self, records: list[JobRecord], free: int) -> None:
-        """Note what a claim of ``free`` slots that got ``records`` says about more work."""
-        full = len(records) == free
-        # Several slots filled: more may be waiting, look again when a slot frees. One
-        # slot filled says nothing: ask the wake budget first (see _should_claim).
-        self._maybe_more = full and free > 1
-        if not full:
-            self._recheck.clear()  # every due job of our types is claimed
-        elif free == 1:
-            self._recheck.update(record.type_name for record in records)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -613,14 +548,16 @@ class Worker:
                 if free > 0:
                     # Not claiming (the wake budget says the jobs are taken) sleeps as
                     # after an empty claim: until the next due job.
-                    claim = await self._should_claim()
+                    claim = await self._policy.should_claim()
                     claimed_at = asyncio.get_running_loop().time()
                     records = await self._claim(free) if claim else []
                     for record in records:
                         self._start(record, claimed_at)
-                    self._claimed(records, free)
+                    self._policy.claimed((r.type_name for r in records), len(records), free)
                     if len(records) < free:
-                        timeout = await self._idle_timeout(acquired=bool(records), claimed=claim)
+                        timeout = await self._policy.idle_timeout(
+                            acquired=bool(records), claimed=claim
+                        )
                 error_backoff = 0.0
             except ConfigurationError as exc:
                 # Not transient (the tables were dropped): retrying cannot help.
@@ -643,13 +580,12 @@ class Worker:
                     # the loop for it.
                     continue
                 # All slots are busy: a freed slot wakes the loop.
-                timeout = self._poll_timeout()
+                timeout = self._policy.poll_timeout()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except TimeoutError:
-                # The poll interval or the next due job; after a grace period, the
-                # re-check of _idle_timeout decides instead.
-                self._claim_now = not self._due_check
+                # The poll interval or the next due job (see WakePolicy).
+                self._policy.poll_timer_fired()
 
     async def _claim(self, limit: int) -> list[JobRecord]:
         """Claim up to ``limit`` jobs. Completions waiting to be written go along when
@@ -694,35 +630,6 @@ class Worker:
 
         return write
 
-    def _poll_timeout(self) -> float:
-        return self.poll_interval * random.uniform(1 - self.jitter, 1 + self.jitter)
-
-    async def _idle_timeout(self, *, acquired: bool, claimed: bool = True) -> float:
-        """Seconds to sleep with free slots: until the next due job or the poll interval,
-        whichever comes first (``claimed=False``: this pass skipped its claim because
-        the wake budget is spent)."""
-        timeout = self._poll_timeout()
-        next_due = await self.client.state.next_due_at(self.type_names)
-        if next_due is not None:
-            if next_due.tzinfo is None:
-                next_due = next_due.replace(tzinfo=UTC)
-            until_due = (next_due - datetime.now(UTC)).total_seconds()
-            if until_due <= 0 and not claimed:
-                # Due, but the spent budget says every announced job has a claimer: it
-                # is being claimed right now. Give that claimer a moment, then claim
-                # if a job is still due (one nobody announced, or a claimer gone).
-                self._due_check = True
-                until_due = _CLAIMER_GRACE
-            elif until_due <= 0 and not acquired:
-                # Due but not claimable (another claimer holds it, or the clocks
-                # disagree): back off a little more each time instead of spinning.
-                self._due_streak += 1
-                until_due = _MIN_IDLE_SLEEP * 2 ** min(self._due_streak, 10)
-            else:
-                self._due_streak = 0
-            timeout = min(timeout, until_due)
-        return max(timeout, _MIN_IDLE_SLEEP)
-
     async def _reap_periodically(self) -> None:
         """Every ``reap_interval`` (± jitter), return expired leases of our types to
         pending, whatever the backlog: a dead worker's jobs run again within its lease
@@ -739,7 +646,7 @@ class Worker:
             else:
                 self._reap_outage.succeeded()
             if reaped:
-                self._maybe_more = True
+                self._policy.more_may_wait()
                 self._wake.set()
             jitter = random.uniform(1 - self.jitter, 1 + self.jitter)
             await asyncio.sleep(self.reap_interval * jitter)
@@ -781,7 +688,7 @@ class Worker:
         if run.holds_slot:
             run.holds_slot = False
             self._busy -= 1
-        if not self._stopping and (self._maybe_more or was_full):
+        if not self._stopping and (self._policy.more or was_full):
             self._wake.set()
 
     def _release_slot(self, run: _Run) -> None:
@@ -791,7 +698,7 @@ class Worker:
         was_full = self._free_slots() <= 0
         run.holds_slot = False
         self._busy -= 1
-        if not self._stopping and (self._maybe_more or was_full):
+        if not self._stopping and (self._policy.more or was_full):
             self._wake.set()
 
     async def _execute(self, run: _Run) -> None:
@@ -1040,7 +947,7 @@ class Worker:
         if next_type is not None and next_type in self.registry:
             # We handle the continuation ourselves: look for it now instead of waiting
             # for the notification round trip.
-            self._maybe_more = True
+            self._policy.more_may_wait()
             self._wake.set()
 
     async def _fail(self, run: _Run, ctx: JobContext, exc: BaseException) -> None:

@@ -28,6 +28,7 @@ from queuert_notify.notify.payloads import (
     encode_payload,
 )
 from queuert_notify.testing import Recorder
+from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 from state_adapters.protocol import StartedChain
 from state_adapters.validation import (
     JSON_INT_MAX,
@@ -254,7 +255,7 @@ async def _check_round_trip(
     assert record.type_name == job.type_name == args["type_name"]
     assert job.deduplication_key == args.get("dedup_key")
     assert job.priority == args.get("priority", 0)
-    assert job.max_attempts == args.get("max_attempts")
+    assert job.max_attempts == args.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
     assert job.status == "pending"
     due = before
     if args.get("delay"):

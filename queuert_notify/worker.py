@@ -19,7 +19,6 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -32,7 +31,9 @@ from queuert_notify.errors import (
     NotifyAdapterClosedError,
 )
 from queuert_notify.events import EventKind, WorkerEvent
+from queuert_notify.job_run import JobRun, Phase
 from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
+from queuert_notify.lease_keeper import LeaseKeeper
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
 from queuert_notify.wake_policy import WakePolicy
@@ -51,39 +52,12 @@ _RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
 _MAX_ERROR_TEXT = 8000
 _MAX_RETRY_DELAY = 366 * 24 * 3600.0
 """A retry further away than a year is taken for a bug in ``retry_backoff``."""
-_RENEW_RETRY = 0.25
-"""Seconds at most between a failed lease renewal and the next attempt."""
 _CANCEL_GRACE = 1.0
 """Seconds cancelled tasks get to end when the worker stops without waiting any longer
 (``drain_timeout`` passed, a second signal): a task blocked on a database that does not
 answer may not end sooner, and the worker stops without it."""
 _NO_SUCH_JOB = "0" * 32
 """A job id no job has (ids begin with their creation time): the start-up table check."""
-
-
-@dataclass(eq=False)
-class _Run:
-    """One handler run under one lease."""
-
-    job: Job
-    lease_token: str
-    leased_until: datetime | None
-    task: asyncio.Task[None] | None = None
-    in_handler: bool = False
-    """While the handler runs (in ``task``): a lost lease cancels ``task`` only then."""
-    cancelled: bool = False
-    """The worker cancelled the handler (see :meth:`Worker._lose`)."""
-    lost_reason: str | None = None
-    abandoned: bool = False
-    holds_slot: bool = True
-    """Until its handler has finished; the completion is then written without it."""
-    renew_at: float = 0.0
-    """``loop.time()`` from which the lease renewer extends this run's lease."""
-    expires_at: float | None = None
-    """``loop.time()`` by which the lease has expired (``None``: unknown). The handler's
-    work is done by then, so writing its outcome is worth retrying until then rather
-    than running the handler again after a reap."""
-    checks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 class Worker:
@@ -192,7 +166,10 @@ class Worker:
             else None
         )
 
-        self._runs: dict[str, _Run] = {}  # lease token -> run, until its outcome is written
+        self._runs: dict[str, JobRun] = {}  # lease token -> run, until its outcome is written
+        self._leases = LeaseKeeper(
+            client.state, lease, lambda: self._runs.values(), worker_id=self.worker_id
+        )
         self._busy = 0  # runs holding a slot: their handler has not finished
         self._wake = asyncio.Event()
         self._policy = WakePolicy(
@@ -293,7 +270,7 @@ class Worker:
                     self._subscribe_when_reachable(subscriptions)
                 )
             self._started.set()
-            self._renewer = asyncio.create_task(self._renew_leases(), name="queuert-lease-renewer")
+            self._renewer = asyncio.create_task(self._leases.run(), name="queuert-lease-renewer")
             self._reaper = asyncio.create_task(self._reap_periodically(), name="queuert-reaper")
             if self._watchdog is not None:
                 self._watchdog.start()
@@ -673,16 +650,14 @@ class Worker:
                 extra={"worker_id": self.worker_id, "job_id": record.id},
             )
             return
-        run = _Run(Job.from_record(record), record.lease_token, record.leased_until)
-        run.renew_at = claimed_at + self.lease / 3
-        # The lease was granted after the claim was sent: it ends no earlier than this.
-        run.expires_at = None if record.leased_until is None else claimed_at + self.lease
+        run = JobRun(Job.from_record(record), record.lease_token, record.leased_until)
+        self._leases.granted(run, claimed_at)
         self._runs[run.lease_token] = run
         self._busy += 1
         run.task = asyncio.create_task(self._execute(run), name=f"queuert-job-{record.id}")
         run.task.add_done_callback(lambda _: self._finished(run))
 
-    def _finished(self, run: _Run) -> None:
+    def _finished(self, run: JobRun) -> None:
         was_full = self._free_slots() <= 0
         self._runs.pop(run.lease_token, None)
         if run.holds_slot:
@@ -691,7 +666,7 @@ class Worker:
         if not self._stopping and (self._policy.more or was_full):
             self._wake.set()
 
-    def _release_slot(self, run: _Run) -> None:
+    def _release_slot(self, run: JobRun) -> None:
         """The handler finished: let another job start while this one's outcome is written."""
         if not run.holds_slot:
             return
@@ -701,7 +676,7 @@ class Worker:
         if not self._stopping and (self._policy.more or was_full):
             self._wake.set()
 
-    async def _execute(self, run: _Run) -> None:
+    async def _execute(self, run: JobRun) -> None:
         job = run.job
         ctx = JobContext(
             job,
@@ -712,7 +687,7 @@ class Worker:
             transaction=self.client.state.handler_transaction() if self.mode == "atomic" else None,
             no_session_reason=self._no_session_reason,
             on_progress=lambda progress: self._emit("progress", job, progress=progress),
-            on_lease_renewed=lambda until: self._renewed(run, until),
+            on_lease_renewed=lambda until: self._leases.renewed(run, until),
         )
         self._emit("started", job)
         unsubscribe: Unsubscribe | None = None
@@ -731,7 +706,7 @@ class Worker:
                 with suppress(Exception):
                     await unsubscribe()
 
-    async def _listen_for_ownership_loss(self, run: _Run) -> Unsubscribe | None:
+    async def _listen_for_ownership_loss(self, run: JobRun) -> Unsubscribe | None:
         """Cancel the handler early when another party takes the job. Skipped while the
         notify adapter is unreachable (each attempt would cost a connect per job): lease
         renewal fences the run all the same, only the early cancel is lost."""
@@ -739,7 +714,7 @@ class Worker:
             return None
         try:
             return await self.client.notify.listen_job_ownership_lost(
-                run.job.id, lambda: self._check_ownership(run)
+                run.job.id, lambda: self._leases.check_ownership(run)
             )
         except Exception:
             self._owls_outage.failed(
@@ -759,14 +734,14 @@ class Worker:
                 raise _HandlerTimeout(self.handler_timeout) from None
             raise  # the handler's own TimeoutError
 
-    async def _run_handler(self, run: _Run, ctx: JobContext) -> tuple[Any, BaseException | None]:
+    async def _run_handler(self, run: JobRun, ctx: JobContext) -> tuple[Any, BaseException | None]:
         """Run the handler in this task (its lease is renewed meanwhile by
         :meth:`_renew_leases`): ``(output, None)``, or ``(None, what it raised)``. A cancel
         from :meth:`_lose` ends it with ``CancelledError``; a cancel of the run from
         anywhere else propagates."""
         if run.lost_reason is not None:  # lost before it started
             return None, asyncio.CancelledError()
-        run.in_handler = True
+        run.phase = Phase.IN_HANDLER
         try:
             return await self._call_handler(run.job, ctx), None
         except asyncio.CancelledError as exc:
@@ -777,7 +752,7 @@ class Worker:
         except Exception as exc:
             return None, exc
         finally:
-            run.in_handler = False
+            run.phase = Phase.WRITING
             if run.cancelled:
                 # Settle the cancel request, consumed by the handler or not, so the rest
                 # of the run (writing the outcome) is not cancelled too.
@@ -785,88 +760,13 @@ class Worker:
                 if current is not None:
                     current.uncancel()
 
-    async def _renew_leases(self) -> None:
-        """Renew the lease of every running handler once a third of it has passed: one
-        task for the whole worker rather than a timer per job. A refused renewal cancels
-        that handler; a failed one is retried at the next tick (a quarter of a second at
-        most) until the lease expires: the pool replaces a dead connection at once, and
-        a lease must not hang on two attempts a third of it apart."""
-        loop = asyncio.get_running_loop()
-        tick = min(self.lease / 12, _RENEW_RETRY)
-        while True:
-            await asyncio.sleep(tick)
-            now = loop.time()
-            due = [run for run in self._runs.values() if run.in_handler and run.renew_at <= now]
-            if due:
-                await asyncio.gather(*(self._renew(run) for run in due))
-
-    async def _renew(self, run: _Run) -> None:
-        loop = asyncio.get_running_loop()
-        sent = loop.time()
-        try:
-            run.leased_until = await self.client.state.renew_lease(
-                run.job.id, run.lease_token, self.lease
-            )
-            run.expires_at = sent + self.lease
-            run.renew_at = loop.time() + self.lease / 3
-        except JobOwnershipLostError:
-            self._lose(run, "lease renewal refused")
-        except Exception:
-            logger.warning(
-                "lease renewal failed; retrying",
-                exc_info=True,
-                extra=_job_extra(run.job, self.worker_id),
-            )
-            if run.leased_until is not None and datetime.now(UTC) >= _aware(run.leased_until):
-                self._lose(run, "lease expired while renewal kept failing")
-            run.renew_at = loop.time() + min(self.lease / 12, _RENEW_RETRY)
-
-    def _renewed(self, run: _Run, until: datetime) -> None:
-        """The handler renewed its lease itself (``ctx.heartbeat()``) up to ``until``."""
-        run.leased_until = until
-        left = (_aware(until) - datetime.now(UTC)).total_seconds()
-        run.expires_at = asyncio.get_running_loop().time() + left
-
-    def _check_ownership(self, run: _Run) -> None:
-        """An ownership-lost notification is a hint too (it may be stale or forged):
-        confirm with a fenced renewal before cancelling."""
-        if run.lost_reason is not None or not run.in_handler:
-            return
-        check = asyncio.create_task(self._confirm_loss(run))
-        run.checks.add(check)
-        check.add_done_callback(run.checks.discard)
-
-    async def _confirm_loss(self, run: _Run) -> None:
-        sent = asyncio.get_running_loop().time()
-        try:
-            run.leased_until = await self.client.state.renew_lease(
-                run.job.id, run.lease_token, self.lease
-            )
-            run.expires_at = sent + self.lease
-        except JobOwnershipLostError:
-            self._lose(run, "ownership lost")
-        except Exception:
-            logger.warning(
-                "could not confirm ownership",
-                exc_info=True,
-                extra=_job_extra(run.job, self.worker_id),
-            )
-
-    def _lose(self, run: _Run, reason: str) -> None:
-        if run.lost_reason is None:
-            run.lost_reason = reason
-        if run.in_handler and not run.cancelled and run.task is not None:
-            run.cancelled = True
-            run.task.cancel()
-
     def _cancel_handlers(self, reason: str) -> None:
         """Abandon running jobs: they keep their lease until it expires, then run again."""
         for run in list(self._runs.values()):
-            run.abandoned = True
-            self._lose(run, reason)
+            run.abandon(reason)
 
     async def _finish(
-        self, run: _Run, ctx: JobContext, result: Any, exc: BaseException | None
+        self, run: JobRun, ctx: JobContext, result: Any, exc: BaseException | None
     ) -> None:
         """Write the outcome of a finished handler: completion, retry or failure."""
         job = run.job
@@ -897,13 +797,13 @@ class Worker:
                 return
         await self._fail(run, ctx, exc)
 
-    def _completion(self, run: _Run, result: Any) -> Completion:
+    def _completion(self, run: JobRun, result: Any) -> Completion:
         if isinstance(result, ContinueWith):
             return Completion(run.job.id, run.lease_token, continue_with=result)
         check_json(result, "the handler's output")
         return Completion(run.job.id, run.lease_token, output=result)
 
-    async def _complete(self, run: _Run, ctx: JobContext, completion: Completion) -> None:
+    async def _complete(self, run: JobRun, ctx: JobContext, completion: Completion) -> None:
         job = run.job
         # A handler that never wrote through ctx.session has nothing to commit with its
         # completion, which then shares a batch like a staged one.
@@ -950,7 +850,7 @@ class Worker:
             self._policy.more_may_wait()
             self._wake.set()
 
-    async def _fail(self, run: _Run, ctx: JobContext, exc: BaseException) -> None:
+    async def _fail(self, run: JobRun, ctx: JobContext, exc: BaseException) -> None:
         job = run.job
         if ctx.transaction is not None:
             with suppress(Exception):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from queuert_notify.jobs import Job
 
@@ -69,9 +71,57 @@ class JobRun:
         self.abandoned = True
         self.lose(reason)
 
+    async def run_handler(
+        self, call: Callable[[], Awaitable[Any]], time_limit: float | None
+    ) -> tuple[Any, BaseException | None]:
+        """Run the handler (``call()``) in this task, within ``time_limit`` seconds:
+        ``(output, None)``, or ``(None, what it raised)`` (:class:`HandlerTimeout` when
+        the time limit expired). A cancel from :meth:`lose` ends it with
+        ``CancelledError``; a cancel of the task from anywhere else propagates."""
+        if self.lost_reason is not None:  # lost before it started
+            return None, asyncio.CancelledError()
+        self.phase = Phase.IN_HANDLER
+        try:
+            return await _within(call, time_limit), None
+        except asyncio.CancelledError as exc:
+            current = asyncio.current_task()
+            if not self.cancelled and current is not None and current.cancelling():
+                raise
+            return None, exc
+        except Exception as exc:
+            return None, exc
+        finally:
+            self.phase = Phase.WRITING
+            if self.cancelled:
+                # Settle the cancel request, consumed by the handler or not, so the rest
+                # of the run (writing the outcome) is not cancelled too.
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+
     def lease_over(self) -> bool:
         """Whether the lease we know of has run out."""
         until = self.leased_until
         if until is None:
             return False
         return datetime.now(UTC) >= (until if until.tzinfo else until.replace(tzinfo=UTC))
+
+
+class HandlerTimeout(Exception):
+    """The handler ran longer than the worker's ``handler_timeout``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"handler timed out after {seconds}s")
+
+
+async def _within(call: Callable[[], Awaitable[Any]], time_limit: float | None) -> Any:
+    if time_limit is None:
+        return await call()
+    deadline = asyncio.timeout(time_limit)
+    try:
+        async with deadline:
+            return await call()
+    except TimeoutError:
+        if deadline.expired():
+            raise HandlerTimeout(time_limit) from None
+        raise  # the handler's own TimeoutError

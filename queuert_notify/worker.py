@@ -15,7 +15,6 @@ import random
 import signal
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
@@ -27,21 +26,19 @@ from queuert_notify.completion_batcher import BatchWriter, CompletionBatcher, Co
 from queuert_notify.errors import (
     ConfigurationError,
     InvalidInputError,
-    JobOwnershipLostError,
     NotifyAdapterClosedError,
 )
 from queuert_notify.events import EventKind, WorkerEvent
-from queuert_notify.job_run import JobRun, Phase
+from queuert_notify.job_outcome import OutcomeWriter
+from queuert_notify.job_run import JobRun
 from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
 from queuert_notify.lease_keeper import LeaseKeeper
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
 from queuert_notify.wake_policy import WakePolicy
-from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.notifications import NotificationBuffer, wait_for_notifications
 from state_adapters.outage_log import OutageLog
-from state_adapters.protocol import Completion, ContinueWith, JobRecord
-from state_adapters.validation import check_json
+from state_adapters.protocol import Completion, JobRecord
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +46,6 @@ WorkerMode = Literal["atomic", "staged"]
 
 _MAX_ERROR_BACKOFF = 30.0
 _RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
-_MAX_ERROR_TEXT = 8000
-_MAX_RETRY_DELAY = 366 * 24 * 3600.0
-"""A retry further away than a year is taken for a bug in ``retry_backoff``."""
 _CANCEL_GRACE = 1.0
 """Seconds cancelled tasks get to end when the worker stops without waiting any longer
 (``drain_timeout`` passed, a second signal): a task blocked on a database that does not
@@ -194,6 +188,7 @@ class Worker:
         self._give_up_at: float | None = None
         """``loop.time()`` by which the worker stops without what has not ended."""
         self._batcher: CompletionBatcher | None = None
+        self._outcomes: OutcomeWriter | None = None
         self._run_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -246,6 +241,15 @@ class Worker:
             self.client.flush,
             max_batch=self._batch_size,
             max_delay=self._linger,
+        )
+        self._outcomes = OutcomeWriter(
+            self.client,
+            self._batcher,
+            emit=self._emit,
+            release_slot=self._release_slot,
+            continued=self._continued,
+            retry_backoff=self.retry_backoff,
+            worker_id=self.worker_id,
         )
         try:
             await self.client.connect()
@@ -693,8 +697,11 @@ class Worker:
         unsubscribe: Unsubscribe | None = None
         try:
             unsubscribe = await self._listen_for_ownership_loss(run)
-            result, error = await self._run_handler(run, ctx)
-            await self._finish(run, ctx, result, error)
+            result, error = await run.run_handler(
+                lambda: self.registry.call(run.job, ctx), self.handler_timeout
+            )
+            assert self._outcomes is not None
+            await self._outcomes.finish(run, ctx, result, error)
         finally:
             if run.checks:
                 for check in list(run.checks):
@@ -722,223 +729,18 @@ class Worker:
             )
             return None
 
-    async def _call_handler(self, job: Job, ctx: JobContext) -> Any:
-        if self.handler_timeout is None:
-            return await self.registry.call(job, ctx)
-        deadline = asyncio.timeout(self.handler_timeout)
-        try:
-            async with deadline:
-                return await self.registry.call(job, ctx)
-        except TimeoutError:
-            if deadline.expired():
-                raise _HandlerTimeout(self.handler_timeout) from None
-            raise  # the handler's own TimeoutError
-
-    async def _run_handler(self, run: JobRun, ctx: JobContext) -> tuple[Any, BaseException | None]:
-        """Run the handler in this task (its lease is renewed meanwhile by
-        :meth:`_renew_leases`): ``(output, None)``, or ``(None, what it raised)``. A cancel
-        from :meth:`_lose` ends it with ``CancelledError``; a cancel of the run from
-        anywhere else propagates."""
-        if run.lost_reason is not None:  # lost before it started
-            return None, asyncio.CancelledError()
-        run.phase = Phase.IN_HANDLER
-        try:
-            return await self._call_handler(run.job, ctx), None
-        except asyncio.CancelledError as exc:
-            current = asyncio.current_task()
-            if not run.cancelled and current is not None and current.cancelling():
-                raise
-            return None, exc
-        except Exception as exc:
-            return None, exc
-        finally:
-            run.phase = Phase.WRITING
-            if run.cancelled:
-                # Settle the cancel request, consumed by the handler or not, so the rest
-                # of the run (writing the outcome) is not cancelled too.
-                current = asyncio.current_task()
-                if current is not None:
-                    current.uncancel()
-
-    def _cancel_handlers(self, reason: str) -> None:
-        """Abandon running jobs: they keep their lease until it expires, then run again."""
-        for run in list(self._runs.values()):
-            run.abandon(reason)
-
-    async def _finish(
-        self, run: JobRun, ctx: JobContext, result: Any, exc: BaseException | None
-    ) -> None:
-        """Write the outcome of a finished handler: completion, retry or failure."""
-        job = run.job
-        if run.abandoned:
-            logger.warning(
-                "worker stopped before the handler finished; the job runs again once its "
-                "lease expires",
-                extra=_job_extra(job, self.worker_id),
-            )
-            self._emit("abandoned", job, error=run.lost_reason)
-            return
-        if run.lost_reason is not None or isinstance(exc, asyncio.CancelledError):
-            reason = run.lost_reason or "handler cancelled"
-            logger.warning(
-                "job ownership lost; handler cancelled",
-                extra={**_job_extra(job, self.worker_id), "reason": reason},
-            )
-            self._emit("ownership_lost", job, error=reason)
-            return
-        if exc is None:
-            try:
-                ctx.check_returned(result)
-                completion = self._completion(run, result)
-            except (InvalidInputError, ConfigurationError) as invalid:
-                exc = invalid
-            else:
-                await self._complete(run, ctx, completion)
-                return
-        await self._fail(run, ctx, exc)
-
-    def _completion(self, run: JobRun, result: Any) -> Completion:
-        if isinstance(result, ContinueWith):
-            return Completion(run.job.id, run.lease_token, continue_with=result)
-        check_json(result, "the handler's output")
-        return Completion(run.job.id, run.lease_token, output=result)
-
-    async def _complete(self, run: JobRun, ctx: JobContext, completion: Completion) -> None:
-        job = run.job
-        # A handler that never wrote through ctx.session has nothing to commit with its
-        # completion, which then shares a batch like a staged one.
-        transaction = ctx.transaction if ctx.transaction and ctx.transaction.holds_work() else None
-        try:
-            if transaction is not None:
-                outcome = await transaction.complete(
-                    self.client.state, completion, self.client.notify
-                )
-            else:
-                batcher = self._batcher
-                assert batcher is not None
-                self._release_slot(run)
-                # Fenced by the lease token: a repeat after a commit that did land is
-                # refused and changes nothing.
-                outcome = await retry_on_connection_loss(
-                    lambda: batcher.complete(completion),
-                    what="completing a job",
-                    until=run.expires_at,
-                )
-        except Exception as exc:
-            if transaction is not None:
-                # Usually the handler's own writes (an IntegrityError flushed at COMMIT):
-                # a failed attempt, recorded and retried like an exception in the handler.
-                await self._fail(run, ctx, exc)
-                return
-            logger.exception(
-                "completing the job failed; it will be retried when its lease expires",
-                extra=_job_extra(job, self.worker_id),
-            )
-            return
-        if isinstance(outcome, JobOwnershipLostError):
-            logger.warning(
-                "job completed elsewhere or reaped before its completion; result discarded",
-                extra=_job_extra(job, self.worker_id),
-            )
-            self._emit("ownership_lost", job, error=str(outcome))
-            return
-        next_type = completion.continue_with.job.type_name if completion.continue_with else None
-        self._emit("completed", job, continued_with=next_type)
-        if next_type is not None and next_type in self.registry:
+    def _continued(self, type_name: str) -> None:
+        """A completion created the chain's next job, of ``type_name``."""
+        if type_name in self.registry:
             # We handle the continuation ourselves: look for it now instead of waiting
             # for the notification round trip.
             self._policy.more_may_wait()
             self._wake.set()
 
-    async def _fail(self, run: JobRun, ctx: JobContext, exc: BaseException) -> None:
-        job = run.job
-        if ctx.transaction is not None:
-            with suppress(Exception):
-                await ctx.transaction.rollback()
-        if isinstance(exc, _HandlerTimeout):
-            error = str(exc)
-        else:
-            error = "".join(traceback.format_exception(exc))[-_MAX_ERROR_TEXT:]
-        retry_delay = self._retry_delay(job)
-        # Misuse (ctx.session in staged mode, a continuation not returned) fails the
-        # same way on every attempt: the chain fails at once.
-        final = isinstance(exc, ConfigurationError)
-        notes = NotificationBuffer()
-        try:
-            outcome = await retry_on_connection_loss(
-                lambda: self.client.state.fail_job(
-                    job.id,
-                    run.lease_token,
-                    error,
-                    notes=notes,
-                    retry_delay=retry_delay,
-                    final=final,
-                ),
-                what="recording a failed attempt",
-                until=run.expires_at,
-            )
-        except JobOwnershipLostError as lost:
-            self._emit("ownership_lost", job, error=str(lost))
-            return
-        except Exception:
-            logger.exception(
-                "recording a failed attempt failed; the job will be retried when its lease expires",
-                extra=_job_extra(job, self.worker_id),
-            )
-            return
-        await self.client.flush(notes)
-        timed_out = isinstance(exc, _HandlerTimeout)
-        summary = error if timed_out else f"{type(exc).__name__}: {exc}"
-        exc_info = None if timed_out else exc
-        if outcome.status == "pending":
-            logger.warning(
-                "job %s (%s) attempt %d failed; will retry: %s",
-                job.id,
-                job.type_name,
-                job.attempt,
-                summary,
-                exc_info=exc_info,
-                extra={**_job_extra(job, self.worker_id), "retry_at": outcome.retry_at},
-            )
-            self._emit("retried", job, error=summary, retry_at=outcome.retry_at)
-        else:
-            logger.error(
-                "job %s (%s) attempt %d failed; %s: %s",
-                job.id,
-                job.type_name,
-                job.attempt,
-                "not retried (a ConfigurationError)" if final else "no attempts left",
-                summary,
-                exc_info=exc_info,
-                extra=_job_extra(job, self.worker_id),
-            )
-            self._emit("failed", job, error=summary)
-
-    def _retry_delay(self, job: Job) -> float | None:
-        """``retry_backoff(attempt)`` when it gives a usable delay; otherwise (it raised,
-        or gave NaN, a negative number, a string, years) a warning and ``None``, the state
-        adapter's default backoff: a bad backoff must not lose the handler's error."""
-        if self.retry_backoff is None:
-            return None
-        try:
-            delay = self.retry_backoff(job.attempt)
-        except Exception as exc:
-            problem = f"raised {type(exc).__name__}: {exc}"
-        else:
-            if (
-                isinstance(delay, int | float)
-                and not isinstance(delay, bool)
-                and 0 <= delay <= _MAX_RETRY_DELAY
-            ):
-                return float(delay)
-            problem = f"returned {delay!r}, not seconds in [0, {_MAX_RETRY_DELAY:.0f}]"
-        logger.warning(
-            "retry_backoff(%d) %s; using the default backoff",
-            job.attempt,
-            problem,
-            extra=_job_extra(job, self.worker_id),
-        )
-        return None
+    def _cancel_handlers(self, reason: str) -> None:
+        """Abandon running jobs: they keep their lease until it expires, then run again."""
+        for run in list(self._runs.values()):
+            run.abandon(reason)
 
     # -- a blocked event loop --------------------------------------------------------
 
@@ -983,11 +785,6 @@ class Worker:
             self.on_event(event)
         except Exception:
             logger.exception("on_event callback failed", extra={"event_kind": kind})
-
-
-class _HandlerTimeout(Exception):
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"handler timed out after {seconds}s")
 
 
 async def _settle(tasks: Iterable[asyncio.Future[Any]], until: float) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import signal
 import threading
 import time
@@ -35,9 +34,10 @@ from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
 from queuert_notify.lease_keeper import LeaseKeeper
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
+from queuert_notify.reaper import Reaper
 from queuert_notify.wake_policy import WakePolicy
+from queuert_notify.wake_subscriptions import WakeSubscriptions
 from state_adapters.notifications import NotificationBuffer, wait_for_notifications
-from state_adapters.outage_log import OutageLog
 from state_adapters.protocol import Completion, JobRecord
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,6 @@ logger = logging.getLogger(__name__)
 WorkerMode = Literal["atomic", "staged"]
 
 _MAX_ERROR_BACKOFF = 30.0
-_RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
 _CANCEL_GRACE = 1.0
 """Seconds cancelled tasks get to end when the worker stops without waiting any longer
 (``drain_timeout`` passed, a second signal): a task blocked on a database that does not
@@ -180,11 +179,24 @@ class Worker:
         self._started = asyncio.Event()
         self._done = asyncio.Event()
         self._hint_tasks: set[asyncio.Task[None]] = set()
-        self._owls_outage = OutageLog(logger, "listening for ownership loss")
-        self._resubscriber: asyncio.Task[None] | None = None
+        self._subscriptions = WakeSubscriptions(
+            client.notify,
+            self.type_names,
+            on_scheduled=self._on_job_scheduled,
+            on_reconnect=self._on_reconnect,
+            worker_id=self.worker_id,
+        )
         self._renewer: asyncio.Task[None] | None = None
         self._reaper: asyncio.Task[None] | None = None
-        self._reap_outage = OutageLog(logger, "reaping expired leases")
+        self._reaping = Reaper(
+            client,
+            self.type_names,
+            interval=self.reap_interval,
+            jitter=jitter,
+            reaped=lambda job_id: self._emit("reaped", job_id=job_id),
+            woke=self._on_reconnect,
+            worker_id=self.worker_id,
+        )
         self._give_up_at: float | None = None
         """``loop.time()`` by which the worker stops without what has not ended."""
         self._batcher: CompletionBatcher | None = None
@@ -234,7 +246,6 @@ class Worker:
             raise RuntimeError("a Worker runs once; create a new Worker to run again")
         loop = asyncio.get_running_loop()
         installed = self._install_signal_handlers(loop) if handle_signals else []
-        subscriptions: list[Unsubscribe] = []
         held = AsyncExitStack()
         self._batcher = CompletionBatcher(
             self._batch_writer(),
@@ -259,7 +270,7 @@ class Worker:
             # worker runs (when the adapter keeps any).
             await held.enter_async_context(self.client.state.holding_connections())
             try:
-                subscriptions.extend(await self._subscribe())
+                await self._subscriptions.open()
             except Exception as exc:
                 if self.client.require_notify or isinstance(exc, NotifyAdapterClosedError):
                     raise
@@ -270,12 +281,10 @@ class Worker:
                     exc,
                     extra={"worker_id": self.worker_id},
                 )
-                self._resubscriber = asyncio.create_task(
-                    self._subscribe_when_reachable(subscriptions)
-                )
+                self._subscriptions.open_later()
             self._started.set()
             self._renewer = asyncio.create_task(self._leases.run(), name="queuert-lease-renewer")
-            self._reaper = asyncio.create_task(self._reap_periodically(), name="queuert-reaper")
+            self._reaper = asyncio.create_task(self._reaping.run(), name="queuert-reaper")
             if self._watchdog is not None:
                 self._watchdog.start()
             logger.info(
@@ -284,14 +293,14 @@ class Worker:
             )
             await self._run_until_stopped()
         finally:
-            await self._release(subscriptions, held)
+            await self._release(held)
             for signum in installed:
                 loop.remove_signal_handler(signum)
             self._stopping = True
             self._done.set()
             logger.info("worker stopped", extra={"worker_id": self.worker_id})
 
-    async def _release(self, subscriptions: list[Unsubscribe], held: AsyncExitStack) -> None:
+    async def _release(self, held: AsyncExitStack) -> None:
         """Cancel the worker's own tasks, write what is queued and give back what the run
         held. Bounded: once the worker gave up on its jobs (drain timeout, forced stop,
         an error) everything left gets ``_CANCEL_GRACE`` from then."""
@@ -300,16 +309,17 @@ class Worker:
         if runs:
             self._abandon(runs)
         until = self._give_up_at or loop.time() + CLOSE_FLUSH_LIMIT
-        own = [self._resubscriber, self._renewer, self._reaper, *self._hint_tasks]
+        own = [
+            self._subscriptions.background_task(),
+            self._renewer,
+            self._reaper,
+            *self._hint_tasks,
+        ]
         for task in own:
             if task is not None:
                 task.cancel()
         await _settle([*runs, *(t for t in own if t is not None)], until)
-        for unsubscribe in subscriptions:
-            try:
-                await unsubscribe()
-            except Exception:
-                logger.warning("unsubscribe failed on worker stop", exc_info=True)
+        await self._subscriptions.close()
         assert self._batcher is not None
         await _settle({asyncio.ensure_future(self._batcher.close())}, until)
         await _settle({asyncio.ensure_future(held.aclose())}, until)
@@ -447,47 +457,6 @@ class Worker:
 
     # -- wakeups ---------------------------------------------------------------------
 
-    async def _subscribe(self) -> list[Unsubscribe]:
-        notify = self.client.notify
-        subscriptions: list[Unsubscribe] = []
-        try:
-            subscriptions.append(
-                await notify.listen_job_scheduled(self.type_names, self._on_job_scheduled)
-            )
-            reconnect = notify.on_reconnect(self._on_reconnect)
-            subscriptions.append(reconnect)
-            # Keeps the ownership-lost channel subscribed for the worker's lifetime, so
-            # registering each running job costs no round trip to the transport.
-            subscriptions.append(
-                await notify.listen_job_ownership_lost(f"{self.worker_id}:idle", _ignore)
-            )
-        except BaseException:
-            for unsubscribe in subscriptions:
-                with suppress(Exception):
-                    await unsubscribe()
-            raise
-        return subscriptions
-
-    async def _subscribe_when_reachable(self, subscriptions: list[Unsubscribe]) -> None:
-        """Retry the subscriptions with backoff until they succeed (adding them to
-        ``subscriptions``), then poll at once: jobs may have been announced meanwhile."""
-        delay = _RESUBSCRIBE_FIRST_DELAY
-        while True:
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, _RESUBSCRIBE_MAX_DELAY)
-            try:
-                subscriptions.extend(await self._subscribe())
-            except NotifyAdapterClosedError:
-                return
-            except Exception as exc:
-                logger.debug("notify adapter still unreachable: %s", exc)
-                continue
-            logger.info(
-                "notify adapter answers; listening for wakeups", extra={"worker_id": self.worker_id}
-            )
-            self._on_reconnect()
-            return
-
     def _free_slots(self) -> int:
         """Handlers that may start now. A finished handler gives its slot back before its
         completion is written (claiming overlaps writing), but at most twice
@@ -512,7 +481,8 @@ class Worker:
             self._wake.set()
 
     def _on_reconnect(self) -> None:
-        # Notifications may have been missed while the transport was down: poll now.
+        # Notifications may have been missed while the transport was down, or the
+        # reaper returned jobs: claim now.
         self._policy.more_may_wait()
         self._wake.set()
 
@@ -611,40 +581,6 @@ class Worker:
 
         return write
 
-    async def _reap_periodically(self) -> None:
-        """Every ``reap_interval`` (± jitter), return expired leases of our types to
-        pending, whatever the backlog: a dead worker's jobs run again within its lease
-        plus one interval. Leaderless: each reap is one atomic statement, so two workers
-        never both return one job."""
-        while True:
-            try:
-                reaped = await self._reap()
-            except ConfigurationError:
-                reaped = False  # the loop stops the worker with this error
-            except Exception:
-                self._reap_outage.failed("retrying at the next interval", worker_id=self.worker_id)
-                reaped = False
-            else:
-                self._reap_outage.succeeded()
-            if reaped:
-                self._policy.more_may_wait()
-                self._wake.set()
-            jitter = random.uniform(1 - self.jitter, 1 + self.jitter)
-            await asyncio.sleep(self.reap_interval * jitter)
-
-    async def _reap(self) -> bool:
-        """Return expired leases of our types to pending; True if any job was reaped."""
-        notes = NotificationBuffer()
-        reaped = await self.client.state.reap_expired_leases(self.type_names, notes=notes)
-        await self.client.flush(notes)
-        for job_id in reaped:
-            logger.info(
-                "reaped an expired lease",
-                extra={"worker_id": self.worker_id, "job_id": job_id},
-            )
-            self._emit("reaped", job_id=job_id)
-        return bool(reaped)
-
     # -- running one job -------------------------------------------------------------
 
     def _start(self, record: JobRecord, claimed_at: float) -> None:
@@ -696,7 +632,9 @@ class Worker:
         self._emit("started", job)
         unsubscribe: Unsubscribe | None = None
         try:
-            unsubscribe = await self._listen_for_ownership_loss(run)
+            unsubscribe = await self._subscriptions.listen_for_ownership_loss(
+                job.id, lambda: self._leases.check_ownership(run), _job_extra(job, self.worker_id)
+            )
             result, error = await run.run_handler(
                 lambda: self.registry.call(run.job, ctx), self.handler_timeout
             )
@@ -712,22 +650,6 @@ class Worker:
             if unsubscribe is not None:
                 with suppress(Exception):
                     await unsubscribe()
-
-    async def _listen_for_ownership_loss(self, run: JobRun) -> Unsubscribe | None:
-        """Cancel the handler early when another party takes the job. Skipped while the
-        notify adapter is unreachable (each attempt would cost a connect per job): lease
-        renewal fences the run all the same, only the early cancel is lost."""
-        if self._resubscriber is not None and not self._resubscriber.done():
-            return None
-        try:
-            return await self.client.notify.listen_job_ownership_lost(
-                run.job.id, lambda: self._leases.check_ownership(run)
-            )
-        except Exception:
-            self._owls_outage.failed(
-                "relying on lease renewal", **_job_extra(run.job, self.worker_id)
-            )
-            return None
 
     def _continued(self, type_name: str) -> None:
         """A completion created the chain's next job, of ``type_name``."""
@@ -800,10 +722,6 @@ async def _settle(tasks: Iterable[asyncio.Future[Any]], until: float) -> None:
     for task in done:
         if not task.cancelled() and task.exception() is not None:
             logger.warning("stopping: %r failed", task, exc_info=task.exception())
-
-
-def _ignore() -> None:
-    return None
 
 
 def _aware(moment: datetime) -> datetime:

@@ -1,0 +1,120 @@
+"""A worker's subscriptions to its notify adapter, for the worker's whole lifetime."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+
+from queuert_notify.errors import NotifyAdapterClosedError
+from queuert_notify.notify.protocol import NotifyAdapter, SignalCallback, Unsubscribe
+from state_adapters.backoff import Backoff
+from state_adapters.outage_log import OutageLog
+
+logger = logging.getLogger(__name__)
+
+_RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
+
+
+class WakeSubscriptions:
+    """Job-scheduled notifications for the worker's types, ``on_reconnect``, and the
+    ownership-lost channel, subscribed once and kept until :meth:`close`.
+
+    When the notify adapter does not answer at :meth:`open`, :meth:`open_later` keeps
+    trying with backoff and calls ``on_reconnect`` once it succeeds (jobs may have been
+    announced meanwhile); until then :attr:`listening` is False and per-job
+    ownership listening is skipped (lease renewal fences the run all the same).
+    """
+
+    def __init__(
+        self,
+        notify: NotifyAdapter,
+        type_names: Sequence[str],
+        *,
+        on_scheduled: Callable[[str], None],
+        on_reconnect: Callable[[], None],
+        worker_id: str,
+    ) -> None:
+        self._notify = notify
+        self._type_names = type_names
+        self._on_scheduled = on_scheduled
+        self._on_reconnect = on_reconnect
+        self._worker_id = worker_id
+        self._held: list[Unsubscribe] = []
+        self._retrying: asyncio.Task[None] | None = None
+        self._owls_outage = OutageLog(logger, "listening for ownership loss")
+
+    @property
+    def listening(self) -> bool:
+        """Whether the subscriptions are in place."""
+        return bool(self._held)
+
+    async def open(self) -> None:
+        """Subscribe; raises what the notify adapter raised (nothing is left held)."""
+        notify = self._notify
+        held: list[Unsubscribe] = []
+        try:
+            held.append(await notify.listen_job_scheduled(self._type_names, self._on_scheduled))
+            held.append(notify.on_reconnect(self._on_reconnect))
+            # Keeps the ownership-lost channel subscribed for the worker's lifetime, so
+            # registering each running job costs no round trip to the transport.
+            held.append(await notify.listen_job_ownership_lost(f"{self._worker_id}:idle", _ignore))
+        except BaseException:
+            for unsubscribe in held:
+                with suppress(Exception):
+                    await unsubscribe()
+            raise
+        self._held = held
+
+    def open_later(self) -> None:
+        """Keep trying :meth:`open` in the background until it succeeds."""
+        self._retrying = asyncio.create_task(self._open_when_reachable())
+
+    async def listen_for_ownership_loss(
+        self, job_id: str, callback: SignalCallback, log_extra: Mapping[str, object]
+    ) -> Unsubscribe | None:
+        """Call ``callback`` when another party takes ``job_id`` (``None``: not
+        listening, because the adapter is unreachable or refused)."""
+        if not self.listening:
+            return None
+        try:
+            return await self._notify.listen_job_ownership_lost(job_id, callback)
+        except Exception:
+            self._owls_outage.failed("relying on lease renewal", **log_extra)
+            return None
+
+    def background_task(self) -> asyncio.Task[None] | None:
+        """The retrying task of :meth:`open_later`, for the worker to cancel."""
+        return self._retrying
+
+    async def close(self) -> None:
+        """Unsubscribe everything (the retrying task is the worker's to cancel)."""
+        held, self._held = self._held, []
+        for unsubscribe in held:
+            try:
+                await unsubscribe()
+            except Exception:
+                logger.warning("unsubscribe failed on worker stop", exc_info=True)
+
+    async def _open_when_reachable(self) -> None:
+        backoff = Backoff(_RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY)
+        while True:
+            await backoff.sleep()
+            try:
+                await self.open()
+            except NotifyAdapterClosedError:
+                return
+            except Exception as exc:
+                logger.debug("notify adapter still unreachable: %s", exc)
+                continue
+            logger.info(
+                "notify adapter answers; listening for wakeups",
+                extra={"worker_id": self._worker_id},
+            )
+            self._on_reconnect()
+            return
+
+
+def _ignore() -> None:
+    return None

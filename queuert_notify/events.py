@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from queuert_notify.jobs import Job
+
+logger = logging.getLogger(__name__)
 
 EventKind = Literal[
     "started",
@@ -58,3 +66,32 @@ class WorkerEvent:
     """``loop_blocked``: seconds the event loop was blocked beyond a short sleep."""
     job_ids: tuple[str, ...] = ()
     """``loop_blocked``: the jobs running on this worker while the loop was blocked."""
+
+
+class EventEmitter:
+    """Builds a worker's events and hands them to its ``on_event`` callback (``None``:
+    nothing is built); a callback that raises is logged and changes nothing."""
+
+    def __init__(self, on_event: Callable[[WorkerEvent], object] | None, *, worker_id: str) -> None:
+        self._on_event = on_event
+        self._worker_id = worker_id
+
+    def __call__(
+        self, kind: EventKind, job: Job | None = None, *, job_id: str | None = None, **details: Any
+    ) -> None:
+        if self._on_event is None:
+            return
+        event = WorkerEvent(
+            kind=kind,
+            job_id=job.id if job is not None else job_id or "",
+            worker_id=self._worker_id,
+            type_name=job.type_name if job is not None else None,
+            chain_id=job.chain_id if job is not None else None,
+            attempt=job.attempt if job is not None else None,
+            at=time.time(),
+            **details,
+        )
+        try:
+            self._on_event(event)
+        except Exception:
+            logger.exception("on_event callback failed", extra={"event_kind": kind})

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import signal
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
@@ -27,7 +26,7 @@ from queuert_notify.errors import (
     InvalidInputError,
     NotifyAdapterClosedError,
 )
-from queuert_notify.events import EventKind, WorkerEvent
+from queuert_notify.events import EventEmitter, WorkerEvent
 from queuert_notify.job_outcome import OutcomeWriter
 from queuert_notify.job_run import JobRun
 from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
@@ -144,6 +143,7 @@ class Worker:
         self.reap_interval = reap_interval if reap_interval is not None else lease / 2
         self.jitter = jitter
         self.on_event = on_event
+        self._emit = EventEmitter(on_event, worker_id=self.worker_id)
         self._no_session_reason = (
             "ctx.session exists only in atomic mode; this worker runs in staged mode "
             "(Worker(..., mode='atomic') to write in the completion's transaction)"
@@ -680,33 +680,6 @@ class Worker:
             extra={"worker_id": self.worker_id, "job_ids": running, "lag": lag},
         )
         self._emit("loop_blocked", lag=lag, job_ids=tuple(running))
-
-    # -- events ----------------------------------------------------------------------
-
-    def _emit(
-        self,
-        kind: EventKind,
-        job: Job | None = None,
-        *,
-        job_id: str | None = None,
-        **details: Any,
-    ) -> None:
-        if self.on_event is None:
-            return
-        event = WorkerEvent(
-            kind=kind,
-            job_id=job.id if job is not None else job_id or "",
-            worker_id=self.worker_id,
-            type_name=job.type_name if job is not None else None,
-            chain_id=job.chain_id if job is not None else None,
-            attempt=job.attempt if job is not None else None,
-            at=time.time(),
-            **details,
-        )
-        try:
-            self.on_event(event)
-        except Exception:
-            logger.exception("on_event callback failed", extra={"event_kind": kind})
 
 
 async def _settle(tasks: Iterable[asyncio.Future[Any]], until: float) -> None:

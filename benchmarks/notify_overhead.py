@@ -23,7 +23,7 @@ tracemalloc around the registrations, median of 3 fresh adapters. The
 unsubscribe handles the caller keeps are part of the cost.
 
 Redis Cluster: a local cluster of 3 masters with one replica each
-(``tests/redis_cluster.py``), started for the run on free loopback ports and
+(``tests/support/redis_cluster.py``), started for the run on free loopback ports and
 killed afterwards; nothing else on the machine is touched.
 """
 
@@ -147,7 +147,7 @@ async def _transport(
 @asynccontextmanager
 async def _local_cluster() -> AsyncIterator[str]:
     """The URL of a fresh local Redis Cluster (3 masters + 3 replicas), killed on exit."""
-    from tests.redis_cluster import LocalRedisCluster
+    from tests.support.redis_cluster import LocalRedisCluster
 
     with tempfile.TemporaryDirectory(prefix="queuert-bench-cluster-") as workdir:
         cluster = LocalRedisCluster(Path(workdir))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.redis_cluster import LocalRedisCluster, local_redis_cluster
-from tests.services import OwnServer, own_nats_server, own_redis_server, provide_service
+from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
+from tests.support.services import OwnServer, own_nats_server, own_redis_server, provide_service
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from queuert_notify.cli import main
 from queuert_notify.errors import ConfigurationError
 from state_adapters import SqlAlchemyStateAdapter, make_metadata
-from tests.queue_helpers import STATE_KINDS
+from tests.support.queue_helpers import STATE_KINDS
 from tests.test_state_migrations import _start
 
 MODELS = """
@@ -87,7 +87,7 @@ def include_name(name, type_, parent_names):
 """
 
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
 
 

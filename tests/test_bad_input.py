@@ -43,10 +43,10 @@ from queuert_notify.worker import Worker
 from state_adapters.notifications import wait_for_notifications
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from state_adapters.validation import MAX_DEDUP_KEY_LENGTH, MAX_JSON_DEPTH, MAX_TYPE_NAME_LENGTH
-from tests.json_values import same_json
-from tests.queue_helpers import STATE_KINDS, delete_notify_state
+from tests.support.json_values import same_json
+from tests.support.queue_helpers import STATE_KINDS, delete_notify_state
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 both_databases = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
 on_postgres = pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify.cli import main
-from tests.services import free_port
+from tests.support.services import free_port
 
 
 def _invoke(*args: str) -> tuple[int, str]:
@@ -118,8 +118,8 @@ async def _start_a_chain(url: str, table_prefix: str) -> str:
     ("target", "message"),
     [
         ("no_such_module_xyz:worker", "cannot import"),
-        ("tests.e2e_app:no_such_attr", "has no attribute"),
-        ("tests.queue_helpers:STATE_KINDS", "expected a Worker"),
+        ("tests.support.e2e_app:no_such_attr", "has no attribute"),
+        ("tests.support.queue_helpers:STATE_KINDS", "expected a Worker"),
         ("missing-colon", "module:attr"),
     ],
 )

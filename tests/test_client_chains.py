@@ -11,9 +11,9 @@ from queuert_notify.client import Client
 from queuert_notify.errors import ChainNotFoundError, WaitChainTimeoutError
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
-from tests.queue_helpers import other_tasks
+from tests.support.queue_helpers import other_tasks
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 async def test_await_chain_is_woken_by_the_completion_notification(client: Client) -> None:

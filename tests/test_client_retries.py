@@ -31,10 +31,10 @@ from state_adapters.ids import new_id
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import NewChain, NewJob
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from tests.queue_helpers import STATE_KINDS, CountingState
+from tests.support.queue_helpers import STATE_KINDS, CountingState
 from tests.test_postgres_notify import libpq_dsn
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 both_databases = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
 on_postgres = pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)

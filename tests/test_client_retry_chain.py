@@ -13,7 +13,7 @@ from queuert_notify.errors import ChainNotFoundError, InvalidInputError
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 pytestmark = pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
 

@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from queuert_notify.client import ChainSpec, Client
 from queuert_notify.errors import ChainNotFoundError, InvalidInputError
 from queuert_notify.notify.protocol import NotifyAdapter
-from tests.queue_helpers import wait_until
+from tests.support.queue_helpers import wait_until
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 async def _total_jobs(client: Client) -> int:

@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import Completion, NewChain, NewJob
-from tests.queue_helpers import drop_tables
+from tests.support.queue_helpers import drop_tables
 
-pytest_plugins = ["tests.queue_fixtures"]  # ``state`` on the engine below
+pytest_plugins = ["tests.support.queue_fixtures"]  # ``state`` on the engine below
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from queuert_notify.client import ChainSpec, Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
-from tests.queue_helpers import (
+from tests.support.queue_helpers import (
     HINTED_NOTIFY_KINDS,
     NOTIFY_KINDS,
     SHARED_NOTIFY_KINDS,
@@ -31,7 +31,7 @@ from tests.queue_helpers import (
 pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
 every_notify_kind = pytest.mark.parametrize("notify_kind", NOTIFY_KINDS, indirect=True)
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 def _poll_interval(notify_kind: str) -> float:

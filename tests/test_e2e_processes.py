@@ -12,12 +12,12 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from queuert_notify.client import ChainSpec, Client
-from tests.queue_helpers import wait_until
-from tests.worker_processes import WorkerProcesses, effect_counts
+from tests.support.queue_helpers import wait_until
+from tests.support.worker_processes import WorkerProcesses, effect_counts
 
 pytestmark = pytest.mark.slow
 
-pytest_plugins = ["tests.queue_fixtures", "tests.worker_process_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
 
 
 @pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)

@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from queuert_notify.client import Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
-from tests.queue_helpers import make_notify
+from tests.support.queue_helpers import make_notify
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 @pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)

@@ -18,10 +18,10 @@ from queuert_notify.jobs import Handler, Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker import Worker, WorkerMode
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from tests.fault_injection import FaultSchedule, FlakyNotifyAdapter, inject_statement_faults
-from tests.queue_helpers import STATE_KINDS
+from tests.support.fault_injection import FaultSchedule, FlakyNotifyAdapter, inject_statement_faults
+from tests.support.queue_helpers import STATE_KINDS
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 CHAINS = 50
 STEPS = ("fetch", "transform", "store")

@@ -21,9 +21,9 @@ from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.worker import Worker
-from tests.queue_helpers import STATE_KINDS, wait_until
+from tests.support.queue_helpers import STATE_KINDS, wait_until
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 @pytest.fixture

@@ -18,11 +18,11 @@ from queuert_notify import Client, NatsNotifyAdapter, PostgresNotifyAdapter, Wor
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.testing import Recorder
-from tests.queue_helpers import wait_until
-from tests.services import OwnServer
+from tests.support.queue_helpers import wait_until
+from tests.support.services import OwnServer
 from tests.test_postgres_notify import libpq_dsn, listener_backends
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 @dataclass

@@ -20,8 +20,8 @@ from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from queuert_notify.worker import Worker, WorkerMode
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from tests.e2e_app import effects_table
-from tests.queue_helpers import drop_tables
+from tests.support.e2e_app import effects_table
+from tests.support.queue_helpers import drop_tables
 from tests.test_postgres_notify import libpq_dsn
 
 

@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from queuert_notify import ChainSpec, Client, InProcessNotifyAdapter, Worker
 from queuert_notify.worker import WorkerMode
 from state_adapters import SqlAlchemyStateAdapter
-from tests.queue_helpers import drop_tables
-from tests.tcp_proxy import TcpProxy
+from tests.support.queue_helpers import drop_tables
+from tests.support.tcp_proxy import TcpProxy
 
 OUTAGE = 2.0
 """Seconds the proxy refuses connections."""

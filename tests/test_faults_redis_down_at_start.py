@@ -16,11 +16,11 @@ import pytest
 from queuert_notify import ChainSpec, Client, ConfigurationError, RedisNotifyAdapter, Worker
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.redis import channel_name
-from tests.queue_helpers import other_tasks, wait_until
-from tests.redis_helpers import wait_for_subscribers
-from tests.services import OwnServer, own_redis_server
+from tests.support.queue_helpers import other_tasks, wait_until
+from tests.support.redis_helpers import wait_for_subscribers
+from tests.support.services import OwnServer, own_redis_server
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 PASSWORD = "s3cret-pw"
 

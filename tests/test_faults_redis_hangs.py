@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from queuert_notify import Client, RedisNotifyAdapter, Worker
 from queuert_notify.client import CLOSE_FLUSH_LIMIT
 from state_adapters import SqlAlchemyStateAdapter
-from tests.services import OwnServer
-from tests.tcp_proxy import TcpProxy
+from tests.support.services import OwnServer
+from tests.support.tcp_proxy import TcpProxy
 
 STARTS = 50
 

@@ -17,12 +17,12 @@ from queuert_notify import ChainSpec, Client, RedisNotifyAdapter, Worker
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.redis import channel_name
 from queuert_notify.testing import Recorder
-from tests.queue_helpers import wait_until
-from tests.redis_helpers import wait_for_subscribers
-from tests.services import OwnServer
-from tests.worker_processes import WorkerProcesses, effect_counts
+from tests.support.queue_helpers import wait_until
+from tests.support.redis_helpers import wait_for_subscribers
+from tests.support.services import OwnServer
+from tests.support.worker_processes import WorkerProcesses, effect_counts
 
-pytest_plugins = ["tests.queue_fixtures", "tests.worker_process_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
 
 TOTAL, CHUNK = 2000, 100
 

@@ -15,12 +15,12 @@ from queuert_notify.client import ChainSpec, Client
 from queuert_notify.errors import JobOwnershipLostError
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import Completion, ContinueWith, JobRecord, NewJob
-from tests.queue_helpers import wait_until
-from tests.worker_processes import WorkerProcesses, effect_counts
+from tests.support.queue_helpers import wait_until
+from tests.support.worker_processes import WorkerProcesses, effect_counts
 
 pytestmark = pytest.mark.slow
 
-pytest_plugins = ["tests.queue_fixtures", "tests.worker_process_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
 
 JOBS = 5
 LEASE = "2"

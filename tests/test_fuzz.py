@@ -2,7 +2,7 @@
 
 The promise under test: whatever a caller passes, the queue either raises a
 typed :class:`QueuertError` before anything is written, or writes and reads
-back exactly what was given (see :func:`tests.json_values.same_json` for what
+back exactly what was given (see :func:`tests.support.json_values.same_json` for what
 "exactly" means for numbers). Whatever bytes reach a channel, the adapter
 neither raises nor routes what a sender of ours could not have published.
 Runs are bounded (``max_examples``) so the suite stays fast.
@@ -38,11 +38,11 @@ from state_adapters.validation import (
     SQL_INT_MAX,
     SQL_INT_MIN,
 )
-from tests.json_values import any_json_like, any_text, same_json
-from tests.queue_helpers import STATE_KINDS, delete_notify_state, make_notify
-from tests.strangers import Publish, stranger
+from tests.support.json_values import any_json_like, any_text, same_json
+from tests.support.queue_helpers import STATE_KINDS, delete_notify_state, make_notify
+from tests.support.strangers import Publish, stranger
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 fuzz = settings(
     max_examples=150,

@@ -17,8 +17,8 @@ from nats.js.api import StorageType
 from queuert_notify import ConfigurationError, InvalidInputError, NatsNotifyAdapter
 from queuert_notify.notify.nats import MAX_PAYLOAD_BYTES, default_bucket, hint_key, subject_name
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
-from tests.queue_helpers import delete_nats_bucket, other_tasks
-from tests.services import OwnServer, free_port
+from tests.support.queue_helpers import delete_nats_bucket, other_tasks
+from tests.support.services import OwnServer, free_port
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from queuert_notify import Client, ConfigurationError, Worker
 from queuert_notify.cli import main
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from state_adapters import SqlAlchemyStateAdapter
-from tests.queue_helpers import STATE_KINDS, drop_tables, wait_until
+from tests.support.queue_helpers import STATE_KINDS, drop_tables, wait_until
 
 
 def _expected(prefix: str, table: str) -> str:
@@ -31,7 +31,7 @@ def _expected(prefix: str, table: str) -> str:
     )
 
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
 
 

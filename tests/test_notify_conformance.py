@@ -12,7 +12,7 @@ from queuert_notify import InProcessNotifyAdapter, NoopNotifyAdapter, RedisNotif
 from queuert_notify.notify.redis import hint_key
 from queuert_notify.testing import NotifyAdapterConformance
 from queuert_notify.testing.notify_conformance import PoisonBudget
-from tests.redis_helpers import delete_prefix, poison_redis_budget
+from tests.support.redis_helpers import delete_prefix, poison_redis_budget
 
 
 class TestInProcessNotifyAdapter(NotifyAdapterConformance):

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from queuert_notify import ChainSpec, Client, RedisNotifyAdapter, Worker
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.outage_log import OutageLog
-from tests.services import OwnServer
+from tests.support.services import OwnServer
 
 
 def test_an_outage_is_warned_about_once_and_its_end_once(caplog: pytest.LogCaptureFixture) -> None:

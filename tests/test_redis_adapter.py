@@ -12,8 +12,8 @@ from redis.asyncio import Redis
 from queuert_notify import ConfigurationError, InvalidInputError, RedisNotifyAdapter
 from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES
 from queuert_notify.testing import Recorder
-from tests.redis_helpers import delete_prefix
-from tests.services import OwnServer, free_port, own_redis_server
+from tests.support.redis_helpers import delete_prefix
+from tests.support.services import OwnServer, free_port, own_redis_server
 
 
 @pytest.mark.parametrize(

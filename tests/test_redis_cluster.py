@@ -3,7 +3,7 @@ cluster wire layout, and one subscriber connection per master.
 
 The cluster (3 masters, 3 replicas) is started once for this module by the
 ``redis_cluster`` fixture; nothing here kills or reshards it (see
-``test_redis_cluster_faults.py``).
+``test_faults_redis_cluster.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES
 from queuert_notify.notify.redis_cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
 from queuert_notify.testing.notify_conformance import PoisonBudget
-from tests.redis_cluster import LocalRedisCluster
-from tests.redis_helpers import poison_redis_budget
-from tests.services import free_port
+from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_helpers import poison_redis_budget
+from tests.support.services import free_port
 
 
 @pytest.fixture

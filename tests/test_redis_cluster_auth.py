@@ -11,7 +11,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from queuert_notify import ConfigurationError, RedisNotifyAdapter
 from queuert_notify.testing import Recorder
-from tests.redis_cluster import LocalRedisCluster, local_redis_cluster
+from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
 
 PASSWORD = "s3cret-cluster"
 

@@ -14,7 +14,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from queuert_notify import ConfigurationError, RedisNotifyAdapter
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
-from tests.redis_cluster import LocalRedisCluster, local_redis_cluster
+from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from redis.asyncio import Redis
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.notify.redis import hint_key
 from queuert_notify.testing import Recorder
-from tests.redis_helpers import delete_prefix
-from tests.services import OwnServer
+from tests.support.redis_helpers import delete_prefix
+from tests.support.services import OwnServer
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from queuert_notify import Client, Job, JobContext
 from queuert_notify.testing import run_until_idle
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 pytestmark = pytest.mark.parametrize(
     ("state_kind", "notify_kind"),

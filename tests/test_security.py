@@ -39,10 +39,10 @@ from queuert_notify.jobs import Job, JobContext
 from queuert_notify.testing import Recorder
 from queuert_notify.worker import Worker
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from tests.queue_helpers import STATE_KINDS
-from tests.services import OwnServer, free_port, own_redis_server
+from tests.support.queue_helpers import STATE_KINDS
+from tests.support.services import OwnServer, free_port, own_redis_server
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "notify-adapters.md"
 

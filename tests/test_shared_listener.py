@@ -13,7 +13,7 @@ from queuert_notify import NotifyAdapterClosedError, RedisNotifyAdapter, Unsubsc
 from queuert_notify.notify.redis import channel_name
 from queuert_notify.notify.shared_listener import ANY_PAYLOAD, SharedListener
 from queuert_notify.testing import Recorder
-from tests.redis_helpers import delete_prefix
+from tests.support.redis_helpers import delete_prefix
 
 
 class CountingTransport:

@@ -10,9 +10,9 @@ import pytest
 from queuert_notify.errors import JobOwnershipLostError
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import Completion, ContinueWith, NewChain, NewJob
-from tests.queue_helpers import STATE_KINDS
+from tests.support.queue_helpers import STATE_KINDS
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
 
 

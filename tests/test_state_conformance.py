@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify.testing import StateAdapterConformance
 from state_adapters import SqlAlchemyStateAdapter
-from tests.queue_helpers import drop_tables
+from tests.support.queue_helpers import drop_tables
 
 
 class TestSqliteState(StateAdapterConformance):

@@ -16,7 +16,7 @@ from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.after_commit import buffer_for_transaction
 from state_adapters.notifications import NotificationBuffer, wait_for_notifications
 from state_adapters.protocol import NewChain, NewJob, StartedChain
-from tests.queue_helpers import drop_tables, wait_until
+from tests.support.queue_helpers import drop_tables, wait_until
 
 
 class RecordingNotify(InProcessNotifyAdapter):

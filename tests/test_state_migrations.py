@@ -15,7 +15,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from state_adapters import SqlAlchemyStateAdapter, make_metadata, metadata
-from tests.queue_helpers import drop_tables
+from tests.support.queue_helpers import drop_tables
 
 TABLES = ("chains", "jobs", "blockers", "dedup_keys")
 

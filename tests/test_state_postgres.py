@@ -15,7 +15,7 @@ from queuert_notify.errors import ConfigurationError
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import Completion, ContinueWith, NewChain, NewJob
-from tests.queue_helpers import drop_tables
+from tests.support.queue_helpers import drop_tables
 
 
 @pytest.fixture

@@ -138,7 +138,7 @@ async def test_two_processes_on_one_file_never_claim_the_same_job(
         await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "tests.sqlite_claimer",
+            "tests.support.sqlite_claimer",
             str(db_path),
             PREFIX,
             f"proc-{n}",

@@ -20,10 +20,10 @@ from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES
 from queuert_notify.testing import Recorder
 from queuert_notify.worker import Worker
-from tests.queue_helpers import delete_notify_state, make_notify
-from tests.strangers import stranger
+from tests.support.queue_helpers import delete_notify_state, make_notify
+from tests.support.strangers import stranger
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 KINDS = ("sched", "chainc", "owls")
 

@@ -24,9 +24,9 @@ from queuert_notify import (
     RedisNotifyAdapter,
     SyncClient,
 )
-from tests.worker_processes import WorkerProcesses
+from tests.support.worker_processes import WorkerProcesses
 
-pytest_plugins = ["tests.queue_fixtures", "tests.worker_process_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
 
 BOTH = pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
 

@@ -14,9 +14,9 @@ from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
-from tests.queue_helpers import wait_until
+from tests.support.queue_helpers import wait_until
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 def _fast_retries(attempt: int) -> float:

@@ -19,9 +19,9 @@ from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker import Worker
 from state_adapters.protocol import StateAdapterBase
-from tests.queue_helpers import STATE_KINDS, CountingState, wait_until
+from tests.support.queue_helpers import STATE_KINDS, CountingState, wait_until
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker import Worker
-from tests.queue_helpers import wait_until
+from tests.support.queue_helpers import wait_until
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 async def test_cancelling_a_chain_cancels_its_running_handler(client: Client) -> None:

@@ -9,9 +9,9 @@ from queuert_notify.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
-from tests.queue_helpers import other_tasks
+from tests.support.queue_helpers import other_tasks
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 async def test_stop_lets_running_jobs_finish_and_claims_nothing_new(client: Client) -> None:

@@ -12,9 +12,9 @@ from queuert_notify.client import ChainSpec, Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker import Worker
-from tests.queue_helpers import CountingState, other_tasks, wait_until
+from tests.support.queue_helpers import CountingState, other_tasks, wait_until
 
-pytest_plugins = ["tests.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 async def test_idle_worker_starts_a_new_job_within_100ms_despite_a_60s_poll(

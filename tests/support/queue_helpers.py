@@ -21,8 +21,8 @@ from queuert_notify import (
 )
 from queuert_notify.notify.nats import default_bucket
 from queuert_notify.notify.protocol import NotifyAdapter
-from tests.redis_cluster import LocalRedisCluster
-from tests.redis_helpers import delete_prefix
+from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_helpers import delete_prefix
 
 STATE_KINDS = ["sqlite", "postgres"]
 NOTIFY_KINDS = ["noop", "in_process", "redis", "postgres", "nats", "redis_cluster"]

@@ -1,5 +1,5 @@
 """A user application for tests that run workers in their own processes:
-``python -m queuert_notify.cli worker tests.e2e_app:build_worker``.
+``python -m queuert_notify.cli worker tests.support.e2e_app:build_worker``.
 
 Configured through the environment (``QT_*``; wakeups from Redis with
 ``QT_REDIS_URL``/``QT_REDIS_PREFIX``, from Postgres with ``QT_POSTGRES_NOTIFY=prefix``).

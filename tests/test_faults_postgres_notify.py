@@ -10,8 +10,8 @@ import pytest
 
 from queuert_notify import PostgresNotifyAdapter
 from queuert_notify.testing import Recorder
-from tests.queue_helpers import other_tasks
-from tests.tcp_proxy import TcpProxy
+from tests.support.queue_helpers import other_tasks
+from tests.support.tcp_proxy import TcpProxy
 from tests.test_postgres_notify import libpq_dsn, listener_backends
 
 

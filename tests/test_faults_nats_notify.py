@@ -9,8 +9,8 @@ import pytest
 
 from queuert_notify import ConfigurationError, NatsNotifyAdapter
 from queuert_notify.testing import Recorder
-from tests.queue_helpers import other_tasks
-from tests.services import OwnServer, free_port
+from tests.support.queue_helpers import other_tasks
+from tests.support.services import OwnServer, free_port
 
 
 async def test_after_a_server_restart_subscriptions_resume_and_on_reconnect_fires(

@@ -1,5 +1,6 @@
 """Worker processes started through the CLI (``queuert-notify worker module:attr``),
-for tests that kill, restart or outlive them (fixtures: ``tests.worker_process_fixtures``)."""
+for tests that kill, restart or outlive them (fixtures:
+``tests.support.worker_process_fixtures``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_APP = "tests.e2e_app:build_worker"
+REPO = Path(__file__).resolve().parent.parent.parent
+DEFAULT_APP = "tests.support.e2e_app:build_worker"
 
 
 class WorkerProcesses:

@@ -1,5 +1,5 @@
-"""Fixtures for tests with worker processes of ``tests.e2e_app``; a module uses them with
-``pytest_plugins = ["tests.queue_fixtures", "tests.worker_process_fixtures"]``."""
+"""Fixtures for tests with worker processes of ``tests.support.e2e_app``; a module uses them with
+``pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.e2e_app import effects_table
-from tests.worker_processes import WorkerProcesses
+from tests.support.e2e_app import effects_table
+from tests.support.worker_processes import WorkerProcesses
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def workers(
     request: pytest.FixtureRequest,
     tmp_path: Path,
 ) -> Iterator[WorkerProcesses]:
-    """Starts workers of ``tests.e2e_app`` on this test's database and notify kind."""
+    """Starts workers of ``tests.support.e2e_app`` on this test's database and notify kind."""
     env = {"QT_DATABASE_URL": database_url, "QT_TABLE_PREFIX": table_prefix}
     if notify_kind == "redis":
         env["QT_REDIS_URL"] = str(request.getfixturevalue("redis_url"))
@@ -37,7 +37,7 @@ def workers(
 
 @pytest.fixture
 async def effects(engine: AsyncEngine, table_prefix: str, state: Any) -> Any:
-    """The effects table of ``tests.e2e_app``, created next to the queue's tables."""
+    """The effects table of ``tests.support.e2e_app``, created next to the queue's tables."""
     table = effects_table(table_prefix)
     async with engine.begin() as conn:
         await conn.run_sync(table.create)

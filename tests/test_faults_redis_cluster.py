@@ -21,7 +21,7 @@ from queuert_notify.notify import sharded_subscriber
 from queuert_notify.notify.redis_cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import Recorder
 from state_adapters import SqlAlchemyStateAdapter
-from tests.redis_cluster import LocalRedisCluster
+from tests.support.redis_cluster import LocalRedisCluster
 
 
 @pytest.fixture

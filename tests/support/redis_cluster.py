@@ -28,7 +28,7 @@ from redis import Redis
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
-from tests.services import _wait_for_port, free_port
+from tests.support.services import _wait_for_port, free_port
 
 NODE_TIMEOUT_MS = 1000  # failure detection; a failover takes about two of these
 _SETTLE_TIMEOUT = 30.0

@@ -4,7 +4,7 @@ adapter per test, each with names of the test's own, cleaned up afterwards.
 ``state_kind`` (``STATE_KINDS``) and ``notify_kind`` (``NOTIFY_KINDS`` in
 queue_helpers) default to sqlite + in_process; a module parametrizes them indirectly
 to run a matrix.
-A module uses them with ``pytest_plugins = ["tests.queue_fixtures"]``.
+A module uses them with ``pytest_plugins = ["tests.support.queue_fixtures"]``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify.client import Client
 from queuert_notify.notify.protocol import NotifyAdapter
-from tests.queue_helpers import delete_notify_state, drop_tables, make_notify
+from tests.support.queue_helpers import delete_notify_state, drop_tables, make_notify
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from redis.asyncio import Redis
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES, channel_name
 from queuert_notify.testing import Recorder
-from tests.redis_helpers import delete_prefix, wait_for_subscribers
-from tests.services import OwnServer
+from tests.support.redis_helpers import delete_prefix, wait_for_subscribers
+from tests.support.services import OwnServer
 
 
 async def test_after_a_server_restart_the_subscriber_resubscribes_and_fires_on_reconnect(

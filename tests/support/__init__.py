@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: fixtures, real-server helpers, fault injection."""

@@ -1,7 +1,7 @@
-"""Everything that differs between Postgres and SQLite, as small named functions.
-
-The adapter and its statements never test a dialect name themselves; they ask
-here. Supported: ``postgresql+psycopg`` and ``sqlite+aiosqlite``.
+"""How engines and connections differ between Postgres and SQLite: which are
+supported (``postgresql+psycopg`` and ``sqlite+aiosqlite``), SQLite's connection
+settings, readers and the single writer, the migration lock, and which errors are
+worth retrying. How *statements* differ is :mod:`state_adapters.sql_dialect`'s.
 
 SQLite engines are configured once, through events on the sync engine:
 
@@ -25,14 +25,12 @@ import sqlite3
 import weakref
 from typing import Any, Literal
 
-from sqlalchemy import JSON, Select, bindparam, event, func, literal_column, select, text, true
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import event, literal_column, text
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.sql.elements import ColumnElement, UnaryExpression
-from sqlalchemy.sql.operators import custom_op
+from sqlalchemy.sql.elements import ColumnElement
 
 from state_adapters.errors import ConfigurationError, mask_url
 
@@ -172,102 +170,6 @@ def single_writer(engine: AsyncEngine) -> AsyncEngine:
     return engine
 
 
-def commit_without_flush(postgres: bool) -> ColumnElement[bool]:
-    """A term that is always true and, on Postgres, makes the transaction of the
-    statement it is in commit without waiting for its WAL to reach the disk
-    (``synchronous_commit = off`` for that transaction only).
-
-    Only for a statement whose loss in a server crash costs nothing but a repeat:
-    a claim. A claim that did not survive leaves its job pending, as if never
-    claimed; the worker's completion is then refused (its lease token is unknown)
-    and the job runs again, as after a worker crash. Any later durable commit
-    flushes the claim with it.
-    """
-    if not postgres:
-        return true()
-    setting = func.set_config("synchronous_commit", "off", true())
-    return select(setting).scalar_subquery().is_not(None)
-
-
-def insert_or_ignore(table: Any, postgres: bool) -> Any:
-    """``INSERT ... ON CONFLICT DO NOTHING`` for the dialect in use.
-
-    On Postgres a conflicting row inserted by a transaction still in progress
-    makes this wait for that transaction; once it commits, the next statement
-    sees its row.
-    """
-    construct = postgresql.insert(table) if postgres else sqlite.insert(table)
-    return construct.on_conflict_do_nothing()
-
-
-def random_token(postgres: bool) -> ColumnElement[str]:
-    """A fresh random 32-hex-digit token per row (lease tokens)."""
-    if postgres:
-        return func.replace(func.cast(func.gen_random_uuid(), postgresql.TEXT), "-", "")
-    return func.lower(func.hex(func.randomblob(16)))
-
-
-def claim_lock(select: Select[Any], postgres: bool) -> Select[Any]:
-    """Lock the selected rows for a claim, skipping rows another claimer holds.
-
-    ``FOR NO KEY UPDATE`` rather than ``FOR UPDATE`` so inserts that reference
-    the row are not blocked. SQLite needs nothing: the writer holds the database.
-    """
-    if postgres:
-        return select.with_for_update(skip_locked=True, key_share=True)
-    return select
-
-
-def skip_locked(select: Select[Any], postgres: bool) -> Select[Any]:
-    """Lock the selected rows for update, skipping rows another transaction holds
-    (Postgres ``FOR UPDATE SKIP LOCKED``; SQLite holds the database already)."""
-    if postgres:
-        return select.with_for_update(skip_locked=True)
-    return select
-
-
-def id_in_selected(
-    id_column: ColumnElement[Any], selected: Select[Any], postgres: bool
-) -> ColumnElement[bool]:
-    """``id_column IN (selected)``, with ``selected`` evaluated exactly once.
-
-    Postgres may re-run a ``LIMIT ... SKIP LOCKED`` subquery for every outer
-    row and so claim more rows than the limit; a materialized CTE runs once.
-    """
-    if postgres:
-        claimed = selected.cte("selected").prefix_with("MATERIALIZED")
-        return id_column.in_(select(claimed.c[0]).scalar_subquery())
-    return id_column.in_(selected.scalar_subquery())
-
-
-def in_list(column: ColumnElement[Any], name: str, postgres: bool) -> ColumnElement[bool]:
-    """``column IN (the values of the list bound as name)``.
-
-    Postgres: an expanding parameter, one placeholder per value. SQLite: the list
-    as one JSON parameter read with ``json_each``, so the statement has one shape
-    whatever the number of values and can be compiled once
-    (:class:`~state_adapters.compiled.CompiledStatement`).
-    """
-    if postgres:
-        return column.in_(bindparam(name, expanding=True))
-    values = func.json_each(bindparam(name, type_=JSON())).table_valued("value")
-    return column.in_(select(values.c.value).scalar_subquery())
-
-
-def without_index(expression: ColumnElement[Any], postgres: bool) -> ColumnElement[Any]:
-    """``expression`` as a term no index may serve (SQLite: ``+expression``).
-
-    SQLite's planner picks one index per table and, with or without statistics,
-    sometimes picks the one that matches the most terms rather than the one that
-    yields rows in the wanted order or the fewest rows (it would scan every
-    pending job through ``status = 'pending'``, or sort every due job to claim
-    ten). Postgres costs its plans well, so it gets the expression unchanged.
-    """
-    if postgres:
-        return expression
-    return UnaryExpression(expression, operator=custom_op("+"), type_=expression.type)
-
-
 def status_by_key(status: ColumnElement[str]) -> ColumnElement[str]:
     """``status`` as a term no index may serve, on every dialect (``status || ''``).
 
@@ -278,20 +180,6 @@ def status_by_key(status: ColumnElement[str]) -> ColumnElement[str]:
     by id.
     """
     return status.op("||", return_type=status.type)(literal_column("''"))
-
-
-def share_lock(select: Select[Any], postgres: bool) -> Select[Any]:
-    """Lock rows against concurrent updates until commit (Postgres ``FOR SHARE``)."""
-    if postgres:
-        return select.with_for_update(read=True)
-    return select
-
-
-def update_lock(select: Select[Any], postgres: bool) -> Select[Any]:
-    """Lock rows for update until commit (Postgres ``FOR UPDATE``)."""
-    if postgres:
-        return select.with_for_update()
-    return select
 
 
 async def take_migration_lock(connection: AsyncConnection, name: str) -> None:

@@ -62,6 +62,7 @@ from state_adapters.schema import (
     WORKER_ID_LENGTH,
     make_tables,
 )
+from state_adapters.sql_dialect import sql_dialect
 from state_adapters.sqlite_driver import DriverTransaction, driver_transaction
 from state_adapters.statements import JOB_FIELDS, Statements
 from state_adapters.sync_bridge import SyncConnection
@@ -136,7 +137,7 @@ class SqlAlchemyStateAdapter:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self._postgres = dialects.is_postgres(engine)
-        self._sql = Statements(self.tables, postgres=self._postgres)
+        self._sql = Statements(self.tables, sql_dialect(self._postgres))
         self._reader = dialects.reader(engine)
         self._single_writer = dialects.single_writer(engine)
         self._lanes = lanes_for(self._single_writer)

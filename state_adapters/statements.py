@@ -48,6 +48,7 @@ from sqlalchemy.types import TypeEngine
 from state_adapters import dialects
 from state_adapters.protocol import JobRecord
 from state_adapters.schema import Tables, UtcDateTime, json_type
+from state_adapters.sql_dialect import SqlDialect
 
 UNFINISHED_STATUSES = ("blocked", "pending", "running")
 JOB_FIELDS = tuple(JobRecord.__dataclass_fields__)
@@ -71,9 +72,10 @@ LEASE_EXPIRED_ERROR = "lease expired: the worker stopped renewing it (crashed, k
 class Statements:
     """The statements of one table set on one dialect."""
 
-    def __init__(self, tables: Tables, *, postgres: bool) -> None:
+    def __init__(self, tables: Tables, dialect: SqlDialect) -> None:
         self.tables = tables
-        self.postgres = postgres
+        self.dialect = dialect
+        self.postgres = dialect.name == "postgresql"
         jobs, chains = tables.jobs, tables.chains
         # In the order of JobRecord's fields: a row of them is a JobRecord's arguments.
         self.job_columns = [jobs.c[name] for name in JOB_FIELDS]
@@ -125,11 +127,10 @@ class Statements:
     @cached_property
     def _mark_dependents(self) -> Update:
         chains = self.tables.chains
-        locked = dialects.update_lock(
+        locked = self.dialect.update_lock(
             select(chains.c.id)
             .where(chains.c.id.in_(bindparam("chain_ids", expanding=True)))
-            .order_by(chains.c.id),
-            self.postgres,
+            .order_by(chains.c.id)
         )
         return (
             update(chains)
@@ -238,7 +239,7 @@ class Statements:
     def insert_dedup_key(self) -> Any:
         """Take a deduplication key unless another chain holds it (returns the row if taken)."""
         keys = self.tables.dedup_keys
-        return dialects.insert_or_ignore(keys, self.postgres).returning(keys.c.chain_id)
+        return self.dialect.insert_or_ignore(keys).returning(keys.c.chain_id)
 
     def read_dedup_key(self, type_name: str, dedup_key: str) -> Select[Any]:
         keys, chains = self.tables.dedup_keys, self.tables.chains
@@ -298,25 +299,25 @@ class Statements:
                 jobs.c.status == pending,
                 jobs.c.type_name.in_([bindparam(f"type_{i}") for i in range(type_count)]),
                 # Read off the acquire index in claim order, never sorted from another.
-                dialects.without_index(jobs.c.scheduled_at, self.postgres)
+                self.dialect.without_index(jobs.c.scheduled_at)
                 <= bindparam("now", type_=UtcDateTime()),
             )
             .order_by(jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
             .limit(literal_column(str(int(limit))))
         )
-        best = dialects.claim_lock(best, self.postgres)
+        best = self.dialect.claim_lock(best)
         return (
             update(jobs)
-            .where(dialects.id_in_selected(jobs.c.id, best, self.postgres))
+            .where(self.dialect.id_in_selected(jobs.c.id, best))
             # Rechecked after the row lock (Postgres); the rows come by primary key.
-            .where(dialects.without_index(jobs.c.status, self.postgres) == pending)
+            .where(self.dialect.without_index(jobs.c.status) == pending)
             # A claim lost with the server is redone: its commit need not wait for disk.
-            .where(dialects.commit_without_flush(self.postgres))
+            .where(self.dialect.commit_without_flush())
             .values(
                 status="running",
                 attempt=jobs.c.attempt + 1,
                 leased_by=bindparam("b_worker_id"),
-                lease_token=dialects.random_token(self.postgres),
+                lease_token=self.dialect.random_token(),
                 leased_until=bindparam("b_leased_until", type_=UtcDateTime()),
             )
             .returning(*self.job_columns)
@@ -366,7 +367,7 @@ class Statements:
                 jobs.c.id == field("id"),
                 jobs.c.lease_token == field("token"),
                 # By primary key from the document, not by scanning running jobs.
-                dialects.without_index(jobs.c.status, self.postgres) == "running",
+                self.dialect.without_index(jobs.c.status) == "running",
             )
             .values(
                 status="completed",
@@ -626,11 +627,11 @@ class Statements:
                 jobs.c.type_name.in_(bindparam("type_names", expanding=True))
             )
         candidates = candidates.order_by(jobs.c.leased_until).limit(bindparam("limit"))
-        candidates = dialects.skip_locked(candidates, self.postgres)
+        candidates = self.dialect.skip_locked(candidates)
         exhausted = and_(jobs.c.max_attempts.is_not(None), jobs.c.attempt >= jobs.c.max_attempts)
         return (
             update(jobs)
-            .where(dialects.id_in_selected(jobs.c.id, candidates, self.postgres), expired)
+            .where(self.dialect.id_in_selected(jobs.c.id, candidates), expired)
             # A reaped job keeps its place in the queue (its scheduled_at): with a
             # backlog, a dead worker's jobs run next rather than after the backlog.
             .values(**self._after_attempt(exhausted, jobs.c.scheduled_at, LEASE_EXPIRED_ERROR))
@@ -656,11 +657,11 @@ class Statements:
     def _finalize_chains(self) -> Update:
         chains = self.tables.chains
         open_chains = and_(
-            dialects.in_list(chains.c.id, "chain_ids", self.postgres),
+            self.dialect.in_list(chains.c.id, "chain_ids"),
             chains.c.completed_at.is_(None),
         )
-        locked = dialects.update_lock(
-            select(chains.c.id).where(open_chains).order_by(chains.c.id), self.postgres
+        locked = self.dialect.update_lock(
+            select(chains.c.id).where(open_chains).order_by(chains.c.id)
         )
         return (
             update(chains)
@@ -678,7 +679,7 @@ class Statements:
     @cached_property
     def _unblock_dependents(self) -> Update:
         jobs, blockers = self.tables.jobs, self.tables.blockers
-        final = dialects.in_list(blockers.c.blocker_chain_id, "final_ids", self.postgres)
+        final = self.dialect.in_list(blockers.c.blocker_chain_id, "final_ids")
         resolved = (
             select(func.count())
             .select_from(blockers)
@@ -704,7 +705,7 @@ class Statements:
         query = select(jobs.c.id, jobs.c.status, jobs.c.type_name).where(
             jobs.c.chain_id == chain_id, jobs.c.status.in_(UNFINISHED_STATUSES)
         )
-        return dialects.update_lock(query, self.postgres)
+        return self.dialect.update_lock(query)
 
     def finish_jobs(
         self, job_ids: Sequence[str], status: str, now: datetime, output: Any = None
@@ -739,7 +740,7 @@ class Statements:
             .order_by(jobs.c.chain_index.desc())
             .limit(1)
         )
-        return dialects.update_lock(query, self.postgres)
+        return self.dialect.update_lock(query)
 
     def unfinished_blockers(self, job_id: str) -> Select[Any]:
         """The chains ``job_id`` waits on that are not final yet, share-locked so none
@@ -751,7 +752,7 @@ class Statements:
             .where(blockers.c.job_id == job_id, chains.c.completed_at.is_(None))
             .order_by(chains.c.id)
         )
-        return dialects.share_lock(query, self.postgres)
+        return self.dialect.share_lock(query)
 
     def retry_job(self, job_id: str, blockers_pending: int, now: datetime) -> Update:
         """Put a failed or cancelled job back as new: attempts start over, due now (or
@@ -778,9 +779,7 @@ class Statements:
 
     def lock_chain(self, chain_id: str) -> Select[Any]:
         chains = self.tables.chains
-        return dialects.update_lock(
-            select(chains.c.id).where(chains.c.id == chain_id), self.postgres
-        )
+        return self.dialect.update_lock(select(chains.c.id).where(chains.c.id == chain_id))
 
     def blocked_dependents_exist(self, chain_id: str) -> Select[Any]:
         jobs, blockers = self.tables.jobs, self.tables.blockers

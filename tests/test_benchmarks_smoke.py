@@ -208,9 +208,10 @@ def test_herd_recognises_the_claim_statement_and_nothing_else(postgres: bool) ->
 
     from benchmarks.herd import is_claim
     from state_adapters.schema import make_tables
+    from state_adapters.sql_dialect import sql_dialect
     from state_adapters.statements import Statements
 
-    sql = Statements(make_tables("smoke_"), postgres=postgres)
+    sql = Statements(make_tables("smoke_"), sql_dialect(postgres))
     dialect = postgresql.psycopg.dialect() if postgres else sqlite.aiosqlite.dialect()
 
     def compiled(statement: object) -> str:

@@ -1,0 +1,106 @@
+"""The SQL that differs between Postgres and SQLite, behind one small interface
+chosen once when a state adapter is built (:func:`sql_dialect`): the statements ask
+it, and never test a dialect themselves. Implementations: :mod:`state_adapters.postgres`,
+:mod:`state_adapters.sqlite`."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from sqlalchemy import Select
+from sqlalchemy.sql.elements import ColumnElement
+
+
+class SqlDialect(Protocol):
+    """How a statement is shaped for one database."""
+
+    name: str
+
+    def commit_without_flush(self) -> ColumnElement[bool]:
+        """A term that is always true and, on Postgres, makes the transaction of the
+        statement it is in commit without waiting for its WAL to reach the disk
+        (``synchronous_commit = off`` for that transaction only).
+
+        Only for a statement whose loss in a server crash costs nothing but a repeat:
+        a claim. A claim that did not survive leaves its job pending, as if never
+        claimed; the worker's completion is then refused (its lease token is unknown)
+        and the job runs again, as after a worker crash. Any later durable commit
+        flushes the claim with it.
+        """
+        ...
+
+    def insert_or_ignore(self, table: Any) -> Any:
+        """``INSERT ... ON CONFLICT DO NOTHING`` for the dialect in use.
+
+        On Postgres a conflicting row inserted by a transaction still in progress
+        makes this wait for that transaction; once it commits, the next statement
+        sees its row.
+        """
+        ...
+
+    def random_token(self) -> ColumnElement[str]:
+        """A fresh random 32-hex-digit token per row (lease tokens)."""
+        ...
+
+    def claim_lock(self, select: Select[Any]) -> Select[Any]:
+        """Lock the selected rows for a claim, skipping rows another claimer holds.
+
+        ``FOR NO KEY UPDATE`` rather than ``FOR UPDATE`` so inserts that reference
+        the row are not blocked. SQLite needs nothing: the writer holds the database.
+        """
+        ...
+
+    def skip_locked(self, select: Select[Any]) -> Select[Any]:
+        """Lock the selected rows for update, skipping rows another transaction holds
+        (Postgres ``FOR UPDATE SKIP LOCKED``; SQLite holds the database already)."""
+        ...
+
+    def id_in_selected(
+        self, id_column: ColumnElement[Any], selected: Select[Any]
+    ) -> ColumnElement[bool]:
+        """``id_column IN (selected)``, with ``selected`` evaluated exactly once.
+
+        Postgres may re-run a ``LIMIT ... SKIP LOCKED`` subquery for every outer
+        row and so claim more rows than the limit; a materialized CTE runs once.
+        """
+        ...
+
+    def in_list(self, column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
+        """``column IN (the values of the list bound as name)``.
+
+        Postgres: an expanding parameter, one placeholder per value. SQLite: the list
+        as one JSON parameter read with ``json_each``, so the statement has one shape
+        whatever the number of values and can be compiled once
+        (:class:`~state_adapters.compiled.CompiledStatement`).
+        """
+        ...
+
+    def without_index(self, expression: ColumnElement[Any]) -> ColumnElement[Any]:
+        """``expression`` as a term no index may serve (SQLite: ``+expression``).
+
+        SQLite's planner picks one index per table and, with or without statistics,
+        sometimes picks the one that matches the most terms rather than the one that
+        yields rows in the wanted order or the fewest rows (it would scan every
+        pending job through ``status = 'pending'``, or sort every due job to claim
+        ten). Postgres costs its plans well, so it gets the expression unchanged.
+        """
+        ...
+
+    def share_lock(self, select: Select[Any]) -> Select[Any]:
+        """Lock rows against concurrent updates until commit (Postgres ``FOR SHARE``)."""
+        ...
+
+    def update_lock(self, select: Select[Any]) -> Select[Any]:
+        """Lock rows for update until commit (Postgres ``FOR UPDATE``)."""
+        ...
+
+
+def sql_dialect(postgres: bool) -> SqlDialect:
+    """The dialect of a Postgres or a SQLite engine."""
+    if postgres:
+        from state_adapters.postgres import PostgresSql
+
+        return PostgresSql()
+    from state_adapters.sqlite import SqliteSql
+
+    return SqliteSql()

@@ -180,7 +180,7 @@ async def run_demo(
         )
     table_prefix = f"demo_{uuid.uuid4().hex[:8]}_"
     flake_filter = _DropDemoFlakes()
-    worker_logger = logging.getLogger("queuert_notify.worker")
+    worker_logger = logging.getLogger("queuert_notify.job_outcome")
     worker_logger.addFilter(flake_filter)
     try:
         state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)

@@ -14,7 +14,7 @@ import logging
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -34,6 +34,7 @@ from queuert_notify.lease_keeper import LeaseKeeper
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
 from queuert_notify.reaper import Reaper
+from queuert_notify.shutdown import Shutdown, settle
 from queuert_notify.wake_policy import WakePolicy
 from queuert_notify.wake_subscriptions import WakeSubscriptions
 from state_adapters.notifications import NotificationBuffer, wait_for_notifications
@@ -44,10 +45,6 @@ logger = logging.getLogger(__name__)
 WorkerMode = Literal["atomic", "staged"]
 
 _MAX_ERROR_BACKOFF = 30.0
-_CANCEL_GRACE = 1.0
-"""Seconds cancelled tasks get to end when the worker stops without waiting any longer
-(``drain_timeout`` passed, a second signal): a task blocked on a database that does not
-answer may not end sooner, and the worker stops without it."""
 _NO_SUCH_JOB = "0" * 32
 """A job id no job has (ids begin with their creation time): the start-up table check."""
 
@@ -172,10 +169,7 @@ class Worker:
             jitter=jitter,
             worker_id=self.worker_id,
         )
-        self._stopping = False
-        self._force = False
-        self._stop_requested = asyncio.Event()
-        self._forced = asyncio.Event()
+        self._shutdown = Shutdown(drain_timeout)
         self._started = asyncio.Event()
         self._done = asyncio.Event()
         self._hint_tasks: set[asyncio.Task[None]] = set()
@@ -197,8 +191,6 @@ class Worker:
             woke=self._on_reconnect,
             worker_id=self.worker_id,
         )
-        self._give_up_at: float | None = None
-        """``loop.time()`` by which the worker stops without what has not ended."""
         self._batcher: CompletionBatcher | None = None
         self._outcomes: OutcomeWriter | None = None
         self._run_task: asyncio.Task[None] | None = None
@@ -296,19 +288,19 @@ class Worker:
             await self._release(held)
             for signum in installed:
                 loop.remove_signal_handler(signum)
-            self._stopping = True
+            self._shutdown.request(force=False)
             self._done.set()
             logger.info("worker stopped", extra={"worker_id": self.worker_id})
 
     async def _release(self, held: AsyncExitStack) -> None:
         """Cancel the worker's own tasks, write what is queued and give back what the run
         held. Bounded: once the worker gave up on its jobs (drain timeout, forced stop,
-        an error) everything left gets ``_CANCEL_GRACE`` from then."""
+        an error) everything left gets ``CANCEL_GRACE`` from then."""
         loop = asyncio.get_running_loop()
         runs = {r.task for r in self._runs.values() if r.task}
         if runs:
             self._abandon(runs)
-        until = self._give_up_at or loop.time() + CLOSE_FLUSH_LIMIT
+        until = self._shutdown.give_up_at or loop.time() + CLOSE_FLUSH_LIMIT
         own = [
             self._subscriptions.background_task(),
             self._renewer,
@@ -318,11 +310,11 @@ class Worker:
         for task in own:
             if task is not None:
                 task.cancel()
-        await _settle([*runs, *(t for t in own if t is not None)], until)
+        await settle([*runs, *(t for t in own if t is not None)], until)
         await self._subscriptions.close()
         assert self._batcher is not None
-        await _settle({asyncio.ensure_future(self._batcher.close())}, until)
-        await _settle({asyncio.ensure_future(held.aclose())}, until)
+        await settle({asyncio.ensure_future(self._batcher.close())}, until)
+        await settle({asyncio.ensure_future(held.aclose())}, until)
         if self._watchdog is not None:
             await self._watchdog.close()
         # Completions committed in handler sessions publish from after-commit tasks.
@@ -375,7 +367,7 @@ class Worker:
         return installed
 
     def _on_signal(self, signum: int) -> None:
-        force = self._stopping
+        force = self._shutdown.requested
         logger.info(
             "signal received; %s",
             "cancelling running handlers" if force else "draining running jobs",
@@ -384,71 +376,44 @@ class Worker:
         self._request_stop(force=force)
 
     def _request_stop(self, *, force: bool) -> None:
-        self._stopping = True
-        self._stop_requested.set()
+        self._shutdown.request(force=force)
         self._wake.set()
         if force:
-            self._force = True
-            self._forced.set()
             self._cancel_handlers("worker stopped without drain")
 
     async def _run_until_stopped(self) -> None:
-        """Run the loop until a stop is requested, then drain: wait for the loop and the
-        running jobs for up to ``drain_timeout`` (not at all when forced), then cancel
-        whatever is left, wherever it waits (a handler, a completion being written, a
-        claim): its job runs again once its lease expires, as after a kill."""
+        """Run the loop until a stop is requested, then drain (see :class:`Shutdown`):
+        whatever is left after ``drain_timeout`` is cancelled wherever it waits (a
+        handler, a completion being written, a claim), and its job runs again once its
+        lease expires, as after a kill."""
         loop_task = asyncio.create_task(self._loop(), name=f"queuert-loop-{self.worker_id}")
-        stop = asyncio.create_task(self._stop_requested.wait())
-        try:
-            await asyncio.wait({loop_task, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
+        await self._shutdown.until_requested(loop_task)
         if loop_task.done():
             loop_task.result()  # why it ended before a stop (a ConfigurationError)
-        deadline = asyncio.get_running_loop().time() + self.drain_timeout
         running = len(self._runs)
-        if running and not self._force:
+        if running and not self._shutdown.forced:
             logger.info(
                 "draining running jobs", extra={"worker_id": self.worker_id, "running": running}
             )
-        left = await self._wait_until(deadline, loop_task)
+        left = await self._shutdown.drain(
+            lambda: [loop_task, *(r.task for r in self._runs.values() if r.task)]
+        )
         if left:
-            if not self._force:
+            if not self._shutdown.forced:
                 logger.warning(
                     "drain timeout: cancelling running jobs; they will be retried when their "
                     "leases expire",
                     extra={"worker_id": self.worker_id, "running": len(self._runs)},
                 )
             self._abandon(left)
-            assert self._give_up_at is not None
-            await _settle(left, self._give_up_at)
+            await settle(left, self._shutdown.give_up())
         if loop_task.done() and not loop_task.cancelled():
             loop_task.result()
 
-    async def _wait_until(
-        self, deadline: float, loop_task: asyncio.Task[None]
-    ) -> set[asyncio.Task[None]]:
-        """Wait for the loop and the runs until ``deadline`` or a forced stop; returns
-        the tasks still going."""
-        forced = asyncio.create_task(self._forced.wait())
-        try:
-            while True:
-                left = {loop_task, *(r.task for r in self._runs.values() if r.task)}
-                left = {task for task in left if not task.done()}
-                remaining = deadline - asyncio.get_running_loop().time()
-                if not left or self._force or remaining <= 0:
-                    return left
-                await asyncio.wait(
-                    {*left, forced}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-                )
-        finally:
-            forced.cancel()
-
     def _abandon(self, tasks: set[asyncio.Task[None]]) -> None:
         """Cancel everything still running, wherever it waits, and give it
-        ``_CANCEL_GRACE`` to end."""
-        if self._give_up_at is None:
-            self._give_up_at = asyncio.get_running_loop().time() + _CANCEL_GRACE
+        ``CANCEL_GRACE`` to end."""
+        self._shutdown.give_up()
         self._cancel_handlers("worker stopped")
         assert self._batcher is not None
         self._batcher.abort()
@@ -465,7 +430,7 @@ class Worker:
         return min(self.concurrency - self._busy, 3 * self.concurrency - len(self._runs))
 
     def _on_job_scheduled(self, type_name: str) -> None:
-        if self._stopping:
+        if self._shutdown.requested:
             return
         if self._free_slots() <= 0:
             # Busy: leave the hint to an idle worker; ask for it when a slot frees.
@@ -490,7 +455,7 @@ class Worker:
 
     async def _loop(self) -> None:
         error_backoff = 0.0
-        while not self._stopping:
+        while not self._shutdown.requested:
             # Cleared before querying so a wake arriving during the query is kept.
             self._wake.clear()
             timeout: float | None = None
@@ -523,7 +488,7 @@ class Worker:
                     extra={"worker_id": self.worker_id},
                 )
                 timeout = min(error_backoff, self.poll_interval)
-            if self._stopping:
+            if self._shutdown.requested:
                 break
             if timeout is None:
                 if self._free_slots() > 0:
@@ -603,7 +568,7 @@ class Worker:
         if run.holds_slot:
             run.holds_slot = False
             self._busy -= 1
-        if not self._stopping and (self._policy.more or was_full):
+        if not self._shutdown.requested and (self._policy.more or was_full):
             self._wake.set()
 
     def _release_slot(self, run: JobRun) -> None:
@@ -613,7 +578,7 @@ class Worker:
         was_full = self._free_slots() <= 0
         run.holds_slot = False
         self._busy -= 1
-        if not self._stopping and (self._policy.more or was_full):
+        if not self._shutdown.requested and (self._policy.more or was_full):
             self._wake.set()
 
     async def _execute(self, run: JobRun) -> None:
@@ -680,21 +645,6 @@ class Worker:
             extra={"worker_id": self.worker_id, "job_ids": running, "lag": lag},
         )
         self._emit("loop_blocked", lag=lag, job_ids=tuple(running))
-
-
-async def _settle(tasks: Iterable[asyncio.Future[Any]], until: float) -> None:
-    """Wait until ``loop.time()`` reaches ``until`` for ``tasks`` (cancelled or ending)
-    to end; log the ones that do not (they wait on a connection that does not answer)."""
-    tasks = set(tasks)
-    if not tasks:
-        return
-    grace = max(until - asyncio.get_running_loop().time(), 0.0)
-    done, pending = await asyncio.wait(tasks, timeout=grace)
-    for task in pending:
-        logger.warning("a cancelled task did not end in time; stopping without it: %r", task)
-    for task in done:
-        if not task.cancelled() and task.exception() is not None:
-            logger.warning("stopping: %r failed", task, exc_info=task.exception())
 
 
 def _aware(moment: datetime) -> datetime:

@@ -14,10 +14,10 @@ from queuert_notify.completion_batcher import CompletionBatcher
 from queuert_notify.errors import ConfigurationError, InvalidInputError, JobOwnershipLostError
 from queuert_notify.job_run import HandlerTimeout, JobRun
 from queuert_notify.jobs import Job, JobContext
+from state_adapters import validation
 from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion, ContinueWith
-from state_adapters.validation import check_json
+from state_adapters.protocol import Completion
 
 logger = logging.getLogger(__name__)
 
@@ -83,19 +83,13 @@ class OutcomeWriter:
         if exc is None:
             try:
                 ctx.check_returned(result)
-                completion = self._completion(run, result)
+                completion = validation.completion(run.job.id, run.lease_token, result)
             except (InvalidInputError, ConfigurationError) as invalid:
                 exc = invalid
             else:
                 await self._complete(run, ctx, completion)
                 return
         await self._fail(run, ctx, exc)
-
-    def _completion(self, run: JobRun, result: Any) -> Completion:
-        if isinstance(result, ContinueWith):
-            return Completion(run.job.id, run.lease_token, continue_with=result)
-        check_json(result, "the handler's output")
-        return Completion(run.job.id, run.lease_token, output=result)
 
     async def _complete(self, run: JobRun, ctx: JobContext, completion: Completion) -> None:
         job = run.job

@@ -47,6 +47,9 @@ class NewJob:
     max_attempts: int | None = DEFAULT_MAX_ATTEMPTS
     """Runs of the job at most (the first and its retries); ``None``: retry forever
     (with capped backoff)."""
+    validated: bool = field(default=False, repr=False, compare=False)
+    """Set by :func:`state_adapters.validation.new_job` only: the adapter does not walk
+    a job built there again (validation runs once per write)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,8 @@ class NewChain:
     """The new chain's id (and its first job's); ``None``: the adapter makes one. The
     client sets it, so that a start repeated after a lost connection can tell whether
     the lost attempt committed."""
+    validated: bool = field(default=False, repr=False, compare=False)
+    """Set by :func:`state_adapters.validation.new_chain` only (see ``NewJob``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +137,8 @@ class Completion:
     lease_token: str
     output: Any = None
     continue_with: ContinueWith | None = None
+    validated: bool = field(default=False, repr=False, compare=False)
+    """Set by :func:`state_adapters.validation.completion` only (see ``NewJob``)."""
 
 
 @dataclass(frozen=True, slots=True)

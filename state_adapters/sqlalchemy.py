@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -58,7 +57,6 @@ from state_adapters.protocol import (
 )
 from state_adapters.schema import (
     DEFAULT_TABLE_PREFIX,
-    ID_LENGTH,
     WORKER_ID_LENGTH,
     make_tables,
 )
@@ -85,7 +83,6 @@ ALL_STATUSES: tuple[JobStatus, ...] = (
     "cancelled",
 )
 MAX_PAGE_SIZE = 10_000
-_ID_FORM = re.compile(f"[0-9a-f]{{{ID_LENGTH}}}")
 _IDS_PER_READ = 1000
 """Ids bound in one ``IN (...)`` read: far below every driver's parameter limit."""
 _MAX_TRANSACTION_RETRIES = 5
@@ -180,7 +177,7 @@ class SqlAlchemyStateAdapter:
         raise :class:`ChainNotFoundError`, also before any write.
         """
         for chain in chains:
-            _check_new_chain(chain)
+            validation.check_new_chain(chain)
         _check_distinct_ids(chains)
         if not chains:
             return []
@@ -434,7 +431,7 @@ class SqlAlchemyStateAdapter:
         ``continue_with`` creates the chain's next job; otherwise the chain
         completes and the jobs blocked on it are unblocked, all in this transaction.
         """
-        _check_completions(completions)
+        validation.check_completions(completions)
         if not completions:
             return []
         if session is None:
@@ -477,7 +474,7 @@ class SqlAlchemyStateAdapter:
         continuations the completions created. SQLite: one transaction. Postgres: the
         completion's statement commits, then the claim's.
         """
-        _check_completions(completions)
+        validation.check_completions(completions)
         now = _now()
         claim = _claim_params(type_names, worker_id, lease_seconds, limit, now)
         if not completions:
@@ -1152,51 +1149,6 @@ def _check_type_names(type_names: Sequence[str]) -> list[str]:
     return [validation.check_type_name(name) for name in dict.fromkeys(type_names)]
 
 
-def _check_new_job(job: NewJob) -> None:
-    if not isinstance(job, NewJob):
-        raise InvalidInputError(f"expected a NewJob, got {type(job).__name__}")
-    validation.check_type_name(job.type_name)
-    validation.check_json(job.input, "input")
-    validation.check_priority(job.priority)
-    validation.check_max_attempts(job.max_attempts)
-    if job.run_at is not None and (
-        not isinstance(job.run_at, datetime) or job.run_at.utcoffset() is None
-    ):
-        raise InvalidInputError("run_at must be a timezone-aware datetime (or None for now)")
-
-
-def _check_completions(completions: Sequence[Completion]) -> None:
-    for completion in completions:
-        if completion.continue_with is not None:
-            _check_new_job(completion.continue_with.job)
-        else:
-            validation.check_json(completion.output, "output")
-
-
-def _check_new_chain(chain: NewChain) -> None:
-    if not isinstance(chain, NewChain):
-        raise InvalidInputError(f"expected a NewChain, got {type(chain).__name__}")
-    _check_new_job(chain.job)
-    if chain.id is not None and not _is_id(chain.id):
-        raise InvalidInputError(
-            f"a new chain's id must be None or {ID_LENGTH} lowercase hex digits from "
-            f"state_adapters.ids.new_id() (ids are time-ordered), got {chain.id!r}"
-        )
-    validation.check_dedup_key(chain.dedup_key)
-    if chain.dedup_scope not in ("incomplete", "ever"):
-        raise InvalidInputError(
-            f"dedup_scope must be 'incomplete' or 'ever', got {chain.dedup_scope!r}"
-        )
-    if chain.dedup_window is not None:
-        validation.check_seconds(chain.dedup_window, "dedup_window", allow_zero=False)
-    if isinstance(chain.blockers, str):
-        raise InvalidInputError("blockers must be a sequence of chain ids, not one string")
-    for blocker in chain.blockers:
-        if not isinstance(blocker, str) or not blocker:
-            raise InvalidInputError(f"every blocker must be a chain id string, got {blocker!r}")
-        validation.check_text(blocker, "a blocker chain id")
-
-
 def _check_distinct_ids(chains: Sequence[NewChain]) -> None:
     given = [chain.id for chain in chains if chain.id is not None]
     if len(set(given)) != len(given):
@@ -1255,14 +1207,9 @@ def _check_limit(limit: Any) -> int:
 def _check_id_cursor(after: Any) -> str | None:
     if after is None:
         return None
-    if not _is_id(after):
+    if not validation.is_id(after):
         raise InvalidInputError(f"after must be a next_cursor from a previous page, got {after!r}")
     return str(after)
-
-
-def _is_id(value: Any) -> bool:
-    """Whether ``value`` has the form of :func:`~state_adapters.ids.new_id`'s ids."""
-    return isinstance(value, str) and _ID_FORM.fullmatch(value) is not None
 
 
 def _check_index_cursor(after: Any) -> str | None:

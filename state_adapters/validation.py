@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from state_adapters.errors import InvalidInputError
-from state_adapters.protocol import NewChain, NewJob
+from state_adapters.protocol import Completion, ContinueWith, NewChain, NewJob
+from state_adapters.schema import ID_LENGTH
 
 MAX_TYPE_NAME_LENGTH = 200
 MAX_DEDUP_KEY_LENGTH = 255
 DEDUP_SCOPES = ("incomplete", "ever")
+_ID_FORM = re.compile(f"[0-9a-f]{{{ID_LENGTH}}}")
 MAX_JSON_DEPTH = 100
 """Deepest nesting of lists and objects accepted in a JSON value."""
 JSON_INT_MIN, JSON_INT_MAX = -(2**63), 2**63 - 1
@@ -263,13 +267,14 @@ def new_job(
     priority: int,
     max_attempts: int | None,
 ) -> NewJob:
-    """A validated :class:`NewJob`."""
+    """A validated :class:`NewJob` (a state adapter does not check it again)."""
     return NewJob(
         type_name=check_type_name(type_name),
         input=check_json(input, "input"),
         run_at=resolve_run_at(run_at, delay),
         priority=check_priority(priority),
         max_attempts=check_max_attempts(max_attempts),
+        validated=True,
     )
 
 
@@ -282,25 +287,87 @@ def new_chain(
     blockers: Sequence[str],
     chain_id: str | None = None,
 ) -> NewChain:
-    """A validated :class:`NewChain` around an already validated first job; ``chain_id``
-    (from :func:`state_adapters.ids.new_id`) fixes its id, ``None`` leaves it to the
-    state adapter."""
-    if dedup_scope not in DEDUP_SCOPES:
-        raise InvalidInputError(f"dedup_scope must be one of {DEDUP_SCOPES}, got {dedup_scope!r}")
+    """A validated :class:`NewChain` around ``job``; ``chain_id`` (from
+    :func:`state_adapters.ids.new_id`) fixes its id, ``None`` leaves it to the state
+    adapter."""
     if isinstance(blockers, str):
-        raise InvalidInputError("blockers must be a sequence of chain ids, not a single string")
-    blocker_ids = list(blockers)
-    for blocker in blocker_ids:
+        raise InvalidInputError("blockers must be a sequence of chain ids, not one string")
+    chain = NewChain(
+        job=job,
+        dedup_key=dedup_key,
+        dedup_scope=dedup_scope,  # type: ignore[arg-type]  # checked below
+        dedup_window=dedup_window,
+        blockers=tuple(dict.fromkeys(blockers)),
+        id=chain_id,
+    )
+    check_new_chain(chain)
+    return replace(chain, validated=True)
+
+
+def completion(job_id: str, lease_token: str, result: Any) -> Completion:
+    """A validated :class:`Completion` of a handler's ``result``: its output (JSON), or
+    the ``ContinueWith`` it returned."""
+    if isinstance(result, ContinueWith):
+        check_new_job(result.job)
+        return Completion(job_id, lease_token, continue_with=result, validated=True)
+    check_json(result, "the handler's output")
+    return Completion(job_id, lease_token, output=result, validated=True)
+
+
+def check_new_job(job: object) -> None:
+    """Raise ``InvalidInputError`` unless ``job`` is a writable :class:`NewJob`."""
+    if not isinstance(job, NewJob):
+        raise InvalidInputError(f"expected a NewJob, got {type(job).__name__}")
+    if job.validated:
+        return
+    check_type_name(job.type_name)
+    check_json(job.input, "input")
+    check_priority(job.priority)
+    check_max_attempts(job.max_attempts)
+    if job.run_at is not None and (
+        not isinstance(job.run_at, datetime) or job.run_at.utcoffset() is None
+    ):
+        raise InvalidInputError("run_at must be a timezone-aware datetime (or None for now)")
+
+
+def is_id(value: object) -> bool:
+    """Whether ``value`` has the form of :func:`~state_adapters.ids.new_id`'s ids."""
+    return isinstance(value, str) and _ID_FORM.fullmatch(value) is not None
+
+
+def check_new_chain(chain: object) -> None:
+    """Raise ``InvalidInputError`` unless ``chain`` is a writable :class:`NewChain`."""
+    if not isinstance(chain, NewChain):
+        raise InvalidInputError(f"expected a NewChain, got {type(chain).__name__}")
+    if chain.validated:
+        return
+    check_new_job(chain.job)
+    if chain.id is not None and not is_id(chain.id):
+        raise InvalidInputError(
+            f"a new chain's id must be None or {ID_LENGTH} lowercase hex digits from "
+            f"state_adapters.ids.new_id() (ids are time-ordered), got {chain.id!r}"
+        )
+    check_dedup_key(chain.dedup_key)
+    if chain.dedup_scope not in DEDUP_SCOPES:
+        raise InvalidInputError(
+            f"dedup_scope must be one of {DEDUP_SCOPES}, got {chain.dedup_scope!r}"
+        )
+    if chain.dedup_window is not None:
+        check_seconds(chain.dedup_window, "dedup_window", allow_zero=False)
+    if isinstance(chain.blockers, str):
+        raise InvalidInputError("blockers must be a sequence of chain ids, not one string")
+    for blocker in chain.blockers:
         if not isinstance(blocker, str) or not blocker:
             raise InvalidInputError(f"every blocker must be a chain id string, got {blocker!r}")
         check_text(blocker, "a blocker chain id")
-    return NewChain(
-        job=job,
-        dedup_key=check_dedup_key(dedup_key),
-        dedup_scope=dedup_scope,  # type: ignore[arg-type]  # checked against DEDUP_SCOPES above
-        dedup_window=None
-        if dedup_window is None
-        else check_seconds(dedup_window, "dedup_window", allow_zero=False),
-        blockers=tuple(dict.fromkeys(blocker_ids)),
-        id=chain_id,
-    )
+
+
+def check_completions(completions: Sequence[Completion]) -> None:
+    """Raise ``InvalidInputError`` unless every completion can be written."""
+    for done in completions:
+        if done.validated:
+            continue
+        if done.continue_with is not None:
+            check_new_job(done.continue_with.job)
+        else:
+            check_json(done.output, "output")

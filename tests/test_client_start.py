@@ -126,3 +126,21 @@ async def _settle() -> None:
     """Give after-commit tasks and in-process deliveries a chance to run."""
     for _ in range(5):
         await asyncio.sleep(0.01)
+
+
+async def test_input_is_validated_once_per_start(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from state_adapters import validation
+
+    walked: list[str] = []
+    check_json = validation.check_json
+
+    def counting(value: Any, what: str) -> Any:
+        walked.append(what)
+        return check_json(value, what)
+
+    monkeypatch.setattr(validation, "check_json", counting)
+    await client.start_chain("job", {"deep": [1, 2, {"x": "y"}]})
+    await client.start_chains([ChainSpec("job", n) for n in range(3)])
+    assert walked == ["input"] * 4

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from queuert_notify import log_format as logs
 from queuert_notify.errors import ConfigurationError, QueuertError, mask_url
+from state_adapters.protocol import ALL_STATUSES
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -37,7 +38,6 @@ T = TypeVar("T")
 DATABASE_URL_ENV = "QUEUERT_DATABASE_URL"
 DEFAULT_TABLE_PREFIX = "queuert_"
 _UNFOLDED_WIDTH = 10_000
-CHAIN_STATUSES = ("blocked", "pending", "running", "completed", "failed", "cancelled")
 
 database_url_option = click.option(
     "--database-url",
@@ -250,7 +250,7 @@ def chains() -> None:
 @chains.command("list")
 @database_url_option
 @table_prefix_option
-@click.option("--status", type=click.Choice(CHAIN_STATUSES), default=None)
+@click.option("--status", type=click.Choice(ALL_STATUSES), default=None)
 @click.option("--type", "type_name", default=None, help="Type name of the chain's first job.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
 @json_option
@@ -266,7 +266,7 @@ def chains_list(
 
     async def go(state: SqlAlchemyStateAdapter) -> Any:
         return await state.list_chains(
-            status=cast("JobStatus | None", status),  # click.Choice(CHAIN_STATUSES)
+            status=cast("JobStatus | None", status),  # click.Choice(ALL_STATUSES)
             type_name=type_name,
             limit=limit,
         )

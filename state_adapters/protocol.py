@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, get_args
 
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 
@@ -30,7 +30,12 @@ if TYPE_CHECKING:
     CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
 
 JobStatus = Literal["blocked", "pending", "running", "completed", "failed", "cancelled"]
+"""A job's status; a chain's status is its last job's."""
+ALL_STATUSES: tuple[JobStatus, ...] = get_args(JobStatus)
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+UNFINISHED_STATUSES: tuple[JobStatus, ...] = tuple(
+    s for s in ALL_STATUSES if s not in FINAL_STATUSES
+)
 DedupScope = Literal["incomplete", "ever"]
 
 

@@ -44,6 +44,7 @@ from state_adapters.handler_transaction import HandlerTransaction
 from state_adapters.ids import new_id
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
+    ALL_STATUSES,
     ChainRecord,
     Completion,
     FailureOutcome,
@@ -74,14 +75,6 @@ T = TypeVar("T")
 _Conn = AsyncConnection | DriverTransaction
 """Where a worker's statements run: a SQLAlchemy connection, or on SQLite the driver."""
 
-ALL_STATUSES: tuple[JobStatus, ...] = (
-    "blocked",
-    "pending",
-    "running",
-    "completed",
-    "failed",
-    "cancelled",
-)
 MAX_PAGE_SIZE = 10_000
 _IDS_PER_READ = 1000
 """Ids bound in one ``IN (...)`` read: far below every driver's parameter limit."""

@@ -46,11 +46,10 @@ from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.types import TypeEngine
 
 from state_adapters import dialects
-from state_adapters.protocol import JobRecord
+from state_adapters.protocol import UNFINISHED_STATUSES, JobRecord
 from state_adapters.schema import Tables, UtcDateTime, json_type
 from state_adapters.sql_dialect import SqlDialect
 
-UNFINISHED_STATUSES = ("blocked", "pending", "running")
 JOB_FIELDS = tuple(JobRecord.__dataclass_fields__)
 _JSON = json_type()
 _JSONB = JSONB()

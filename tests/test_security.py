@@ -263,7 +263,9 @@ async def _redis_workload(notify: RedisNotifyAdapter, tmp_path: Path) -> None:
         await asyncio.Event().wait()  # until its job is cancelled
 
     handlers = {first: start, second: finish, "slow": slow}
+    # Bounded below pytest-timeout, so a step that hangs fails with its own traceback.
     async with (
+        asyncio.timeout(60),
         _queue(notify, tmp_path) as client,
         Worker(client, handlers, poll_interval=60.0, concurrency=4),
     ):

@@ -7,7 +7,8 @@ import asyncio
 from redis.asyncio import Redis
 
 from queuert_notify import RedisNotifyAdapter
-from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES, channel_name
+from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES
+from queuert_notify.notify.redis_shared import channel_name
 from queuert_notify.testing import Recorder
 from tests.support.redis_helpers import delete_prefix, wait_for_subscribers
 from tests.support.services import OwnServer

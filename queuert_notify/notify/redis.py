@@ -19,14 +19,11 @@ import logging
 import random
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
@@ -45,6 +42,14 @@ from queuert_notify.notify.protocol import (
     TypeNameCallback,
     Unsubscribe,
 )
+from queuert_notify.notify.redis_shared import (
+    CONSUME_WAKE_HINT,
+    NOTIFY_JOBS_SCHEDULED,
+    PROVIDE_WAKE_HINT,
+    channel_name,
+    connection_retry,
+    hint_key,
+)
 from queuert_notify.notify.shared_listener import SharedListener
 
 if TYPE_CHECKING:
@@ -57,35 +62,9 @@ _SCHEMES = ("redis", "rediss", "unix")
 _PREFIX = re.compile(r"[A-Za-z0-9_.-]+")
 _READ_TIMEOUT = 1.0  # get_message wait; > 0 so an idle reader sleeps instead of spinning
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
-_RETRY_ATTEMPTS = 3  # a connection gone stale (e.g. server restart) is replaced, not fatal
 _SUBSCRIBER_HEALTH_CHECK = 30  # seconds; PING an idle subscriber so a dead socket is noticed
 # Connection settings a pool injects into its own connections; a copied pool makes its own.
 _POOL_INTERNAL_KWARGS = ("himport_registry", "event_dispatcher", "redis_connect_func")
-
-
-def lua_script(name: str) -> str:
-    """The script ``lua/{name}.lua`` behind the budget prelude (``lua/budget.lua``) every
-    wake-budget script shares."""
-    folder = files("queuert_notify.notify") / "lua"
-    return "".join(
-        (folder / f"{part}.lua").read_text(encoding="utf-8") for part in ("budget", name)
-    )
-
-
-_PROVIDE_WAKE_HINT = lua_script("provide_wake_hint")
-_CONSUME_WAKE_HINT = lua_script("consume_wake_hint")
-_NOTIFY_JOBS_SCHEDULED = lua_script("notify_jobs_scheduled")
-
-
-# Wire names live in these two functions only (cluster names: redis_cluster.py).
-def channel_name(prefix: str, kind: str) -> str:
-    """The Pub/Sub channel of one notification kind (``sched``, ``chainc``, ``owls``)."""
-    return f"{prefix}:{kind}"
-
-
-def hint_key(prefix: str, type_name: str) -> str:
-    """The string key holding the wake budget of ``type_name``."""
-    return f"{prefix}:hint:{type_name}"
 
 
 class RedisNotifyAdapter(ConnectOnEnter):
@@ -272,9 +251,9 @@ class RedisServerTransport(ChannelNotifyAdapter):
         self._owns_commands = url is not None
         self._subscriber = Redis.from_pool(subscriber_pool)
         self._pubsub: PubSub = self._subscriber.pubsub()
-        self._provide_script = self._commands.register_script(_PROVIDE_WAKE_HINT)
-        self._consume_script = self._commands.register_script(_CONSUME_WAKE_HINT)
-        self._schedule_script = self._commands.register_script(_NOTIFY_JOBS_SCHEDULED)
+        self._provide_script = self._commands.register_script(PROVIDE_WAKE_HINT)
+        self._consume_script = self._commands.register_script(CONSUME_WAKE_HINT)
+        self._schedule_script = self._commands.register_script(NOTIFY_JOBS_SCHEDULED)
         # Futures of our own SUBSCRIBE/UNSUBSCRIBE calls, resolved by the reader
         # when Redis confirms them; keyed by (confirmation kind, channel).
         self._confirmations: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
@@ -296,7 +275,7 @@ class RedisServerTransport(ChannelNotifyAdapter):
             self._check_open()
             try:
                 async with asyncio.timeout(self._connect_timeout):
-                    for script in (_PROVIDE_WAKE_HINT, _CONSUME_WAKE_HINT, _NOTIFY_JOBS_SCHEDULED):
+                    for script in (PROVIDE_WAKE_HINT, CONSUME_WAKE_HINT, NOTIFY_JOBS_SCHEDULED):
                         await self._commands.script_load(script)
                     await self._pubsub.connect()  # type: ignore[no-untyped-call]
             except (RedisError, OSError, TimeoutError) as exc:
@@ -482,9 +461,9 @@ def _clients_for_url(url: str) -> tuple[str, Redis, ConnectionPool]:
             f"unsupported Redis URL {address!r}: the scheme must be redis://, rediss:// or unix://"
         )
     try:
-        commands = Redis.from_url(url, retry=_retry())
+        commands = Redis.from_url(url, retry=connection_retry())
         subscriber_pool = ConnectionPool.from_url(
-            url, retry=_retry(), health_check_interval=_SUBSCRIBER_HEALTH_CHECK
+            url, retry=connection_retry(), health_check_interval=_SUBSCRIBER_HEALTH_CHECK
         )
     except ValueError as exc:
         raise ConfigurationError(f"invalid Redis URL {address!r}: {exc}") from exc
@@ -500,11 +479,6 @@ def _clients_for_caller(client: object) -> tuple[str, Redis, ConnectionPool]:
             f"redis.asyncio.cluster.RedisCluster), not {type(client).__name__}"
         )
     return _describe_pool(client.connection_pool), client, _copy_pool(client.connection_pool)
-
-
-def _retry() -> Retry:
-    """Retry policy of the connections the adapter opens (from_url pools retry nothing)."""
-    return Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), _RETRY_ATTEMPTS)
 
 
 def _copy_pool(pool: ConnectionPool) -> ConnectionPool:

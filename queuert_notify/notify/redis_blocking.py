@@ -7,7 +7,7 @@ from redis import Redis
 
 from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis import channel_name, hint_key, lua_script
+from queuert_notify.notify.redis_shared import NOTIFY_JOBS_SCHEDULED, channel_name, hint_key
 from state_adapters.notifications import NotificationBuffer
 
 _TIMEOUT = 2.0
@@ -23,7 +23,7 @@ class RedisBlockingPublisher:
     def __init__(self, url: str, prefix: str) -> None:
         self._prefix = prefix
         self._redis = Redis.from_url(url, socket_timeout=_TIMEOUT, socket_connect_timeout=_TIMEOUT)
-        self._schedule = self._redis.register_script(lua_script("notify_jobs_scheduled"))
+        self._schedule = self._redis.register_script(NOTIFY_JOBS_SCHEDULED)
 
     def publish(self, notes: NotificationBuffer) -> None:
         scheduled = {

@@ -39,7 +39,12 @@ from queuert_notify.errors import ConfigurationError, mask_url
 from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis import _CONSUME_WAKE_HINT, _PROVIDE_WAKE_HINT, _retry, lua_script
+from queuert_notify.notify.redis_shared import (
+    CONSUME_WAKE_HINT,
+    PROVIDE_WAKE_HINT,
+    connection_retry,
+    lua_script,
+)
 from queuert_notify.notify.sharded_subscriber import ShardedSubscriber
 from queuert_notify.notify.shared_listener import SharedListener
 
@@ -119,8 +124,8 @@ class RedisClusterTransport(ChannelNotifyAdapter):
         self._owns_commands = url is not None
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
-        self._provide_script = self._commands.register_script(_PROVIDE_WAKE_HINT)
-        self._consume_script = self._commands.register_script(_CONSUME_WAKE_HINT)
+        self._provide_script = self._commands.register_script(PROVIDE_WAKE_HINT)
+        self._consume_script = self._commands.register_script(CONSUME_WAKE_HINT)
         self._schedule_script = self._commands.register_script(_NOTIFY_JOBS_SCHEDULED_SHARDED)
         self._subscriber = ShardedSubscriber(
             self._commands,
@@ -155,8 +160,8 @@ class RedisClusterTransport(ChannelNotifyAdapter):
                 async with asyncio.timeout(self._connect_timeout):
                     await self._commands.initialize()
                     for script in (
-                        _PROVIDE_WAKE_HINT,
-                        _CONSUME_WAKE_HINT,
+                        PROVIDE_WAKE_HINT,
+                        CONSUME_WAKE_HINT,
                         _NOTIFY_JOBS_SCHEDULED_SHARDED,
                     ):
                         await self._commands.script_load(script)
@@ -254,7 +259,7 @@ def _cluster_for_url(url: str, address: str) -> RedisCluster:
             "rediss:// (a cluster has no unix:// sockets)"
         )
     try:
-        return RedisCluster.from_url(url, retry=_retry())
+        return RedisCluster.from_url(url, retry=connection_retry())
     except (ValueError, RedisError, RedisClusterException) as exc:
         raise ConfigurationError(f"invalid Redis Cluster URL {address!r}: {exc}") from exc
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -35,6 +34,7 @@ from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
 from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.shared_listener import SharedListener
+from state_adapters.backoff import Backoff
 from state_adapters.notifications import NotificationBuffer
 
 logger = logging.getLogger(__name__)
@@ -409,7 +409,7 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
     async def _recover(self) -> None:
         """Reopen the LISTEN connection with jittered backoff, re-LISTEN every live
         channel, then run the ``on_reconnect`` callbacks."""
-        backoff = _BACKOFF_FIRST
+        backoff = Backoff(_BACKOFF_FIRST, _BACKOFF_MAX)
         while True:
             # The lock is held per attempt only, so listen_* calls are not stuck
             # behind an outage (they try to reconnect themselves, or fail).
@@ -430,8 +430,7 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
                         "postgres listener reconnect failed",
                         extra={**self._log, "error": str(exc).strip()},
                     )
-            await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
-            backoff = min(backoff * 2, _BACKOFF_MAX)
+            await backoff.sleep()
         logger.info("postgres listener restored", extra=self._log)
         self._fire_reconnect()
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -51,6 +50,7 @@ from queuert_notify.notify.redis_shared import (
     hint_key,
 )
 from queuert_notify.notify.shared_listener import SharedListener
+from state_adapters.backoff import Backoff
 
 if TYPE_CHECKING:
     from queuert_notify.notify.redis_blocking import RedisBlockingPublisher
@@ -389,7 +389,7 @@ class RedisServerTransport(ChannelNotifyAdapter):
 
     async def _read_loop(self) -> None:
         """Read the subscriber connection until cancelled; never dies of a bad message."""
-        backoff = _BACKOFF_FIRST
+        backoff = Backoff(_BACKOFF_FIRST, _BACKOFF_MAX)
         while True:
             try:
                 message = await self._pubsub.get_message(timeout=_READ_TIMEOUT)
@@ -404,12 +404,11 @@ class RedisServerTransport(ChannelNotifyAdapter):
                     )
                     self._fire_reconnect()
                 # Jittered exponential backoff: no hot loop while Redis is down.
-                await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
-                backoff = min(backoff * 2, _BACKOFF_MAX)
+                await backoff.sleep()
                 continue
             if self._lost:
                 self._lost = False
-                backoff = _BACKOFF_FIRST
+                backoff.reset()
                 logger.info("redis subscriber reconnected", extra={"address": self._address})
             if message is not None:
                 self._handle(message)

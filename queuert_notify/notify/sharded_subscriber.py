@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,8 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import AskError, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
+
+from state_adapters.backoff import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -298,7 +299,7 @@ class ShardedSubscriber:
     async def _reconcile_loop(self) -> None:
         """Until cancelled: after every loss (and every ``_TOPOLOGY_CHECK`` seconds),
         refresh the slot map and place every wanted channel where it now lives."""
-        backoff = _BACKOFF_FIRST
+        backoff = Backoff(_BACKOFF_FIRST, _BACKOFF_MAX)
         while True:
             try:
                 async with asyncio.timeout(_TOPOLOGY_CHECK):
@@ -324,15 +325,14 @@ class ShardedSubscriber:
             except Exception as exc:
                 logger.info(
                     "redis cluster subscriptions not restored yet; retrying",
-                    extra={"error": repr(exc), "retry_in": backoff},
+                    extra={"error": repr(exc), "retry_in": backoff.step},
                 )
                 self._refresh = True
                 self._dirty.set()
                 # Jittered exponential backoff: no hot loop while a failover is under way.
-                await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
-                backoff = min(backoff * 2, _BACKOFF_MAX)
+                await backoff.sleep()
                 continue
-            backoff = _BACKOFF_FIRST
+            backoff.reset()
             if moved and not self._lost:
                 # Found by the periodic check: the channels were gone for a while.
                 self._lost = True

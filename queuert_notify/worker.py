@@ -39,6 +39,7 @@ from queuert_notify.wake_policy import WakePolicy
 from queuert_notify.wake_subscriptions import WakeSubscriptions
 from state_adapters.notifications import NotificationBuffer, wait_for_notifications
 from state_adapters.protocol import Completion, JobRecord
+from state_adapters.validation import check_positive_int, check_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -107,17 +108,17 @@ class Worker:
         reaped/progress/loop_blocked; ``loop_lag_threshold``: seconds the event loop may
         be blocked before a warning names the running jobs (``None``: no watchdog).
         """
-        _check_positive("concurrency", concurrency, integer=True)
-        _check_positive("poll_interval", poll_interval)
-        _check_positive("lease", lease)
-        _check_positive("drain_timeout", drain_timeout, allow_zero=True)
-        _check_positive("completion_batch_size", completion_batch_size, integer=True)
+        check_positive_int(concurrency, "concurrency")
+        check_seconds(poll_interval, "poll_interval", allow_zero=False)
+        check_seconds(lease, "lease", allow_zero=False)
+        check_seconds(drain_timeout, "drain_timeout", allow_zero=True)
+        check_positive_int(completion_batch_size, "completion_batch_size")
         if handler_timeout is not None:
-            _check_positive("handler_timeout", handler_timeout)
+            check_seconds(handler_timeout, "handler_timeout", allow_zero=False)
         if reap_interval is not None:
-            _check_positive("reap_interval", reap_interval)
+            check_seconds(reap_interval, "reap_interval", allow_zero=False)
         if loop_lag_threshold is not None:
-            _check_positive("loop_lag_threshold", loop_lag_threshold)
+            check_seconds(loop_lag_threshold, "loop_lag_threshold", allow_zero=False)
         if not 0 <= jitter < 1:
             raise InvalidInputError(f"jitter must be a fraction in [0, 1), got {jitter!r}")
         if retry_backoff is not None and not callable(retry_backoff):
@@ -658,16 +659,3 @@ def _job_extra(job: Job, worker_id: str) -> dict[str, Any]:
         "attempt": job.attempt,
         "worker_id": worker_id,
     }
-
-
-def _check_positive(
-    name: str, value: object, *, integer: bool = False, allow_zero: bool = False
-) -> None:
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    ok = isinstance(value, kinds) and not isinstance(value, bool)
-    if ok and (value < 0 or (value == 0 and not allow_zero)):  # type: ignore[operator]
-        ok = False
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        kind = "an int" if integer else "a number"
-        raise InvalidInputError(f"{name} must be {kind} {bound}, got {value!r}")

@@ -390,7 +390,7 @@ class SqlAlchemyStateAdapter:
     async def renew_lease(self, job_id: str, lease_token: str, lease_seconds: float) -> datetime:
         """Extend the lease to now + ``lease_seconds``; returns the new ``leased_until``.
         Raises ``JobOwnershipLostError`` for a stale token (nothing changed)."""
-        _check_positive(lease_seconds, "lease_seconds")
+        validation.check_seconds(lease_seconds, "lease_seconds", allow_zero=False)
         until = _now() + timedelta(seconds=lease_seconds)
         params = {"job_id": job_id, "b_lease_token": lease_token, "b_leased_until": until}
         async with self._single_writer.begin() as conn:
@@ -629,7 +629,7 @@ class SqlAlchemyStateAdapter:
         ``max_attempts`` is used up or the failure is ``final`` (the chain then
         fails). Fenced by the token."""
         if retry_delay is not None:
-            _check_non_negative(retry_delay, "retry_delay")
+            validation.check_seconds(retry_delay, "retry_delay", allow_zero=True)
         return await self._write(
             None,
             notes,
@@ -1029,7 +1029,7 @@ def _claim_params(
     ``type_count`` and ``limit`` also choose its shape (:meth:`Statements.claim`)."""
     types = _check_type_names(type_names)
     _check_worker_id(worker_id)
-    _check_positive(lease_seconds, "lease_seconds")
+    validation.check_seconds(lease_seconds, "lease_seconds", allow_zero=False)
     return {
         **{f"type_{i}": name for i, name in enumerate(types)},
         "type_count": len(types),
@@ -1166,24 +1166,6 @@ def _check_worker_id(worker_id: Any) -> None:
         raise InvalidInputError(
             f"worker_id must be a non-empty string of at most {WORKER_ID_LENGTH} characters"
         )
-
-
-def _check_number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        raise InvalidInputError(f"{what} must be a number of seconds, got {value!r}")
-    if value in (float("inf"), float("-inf")):
-        raise InvalidInputError(f"{what} must be finite, got {value!r}")
-    return float(value)
-
-
-def _check_positive(value: Any, what: str) -> None:
-    if _check_number(value, what) <= 0:
-        raise InvalidInputError(f"{what} must be > 0, got {value!r}")
-
-
-def _check_non_negative(value: Any, what: str) -> None:
-    if _check_number(value, what) < 0:
-        raise InvalidInputError(f"{what} must be >= 0, got {value!r}")
 
 
 def _check_status(status: Any) -> None:

@@ -207,6 +207,13 @@ def check_seconds(value: object, what: str, *, allow_zero: bool) -> float:
     return float(value)
 
 
+def check_positive_int(value: object, what: str) -> int:
+    """Return ``value`` if it is an int > 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidInputError(f"{what} must be an int > 0, got {value!r}")
+    return value
+
+
 def resolve_run_at(run_at: datetime | None, delay: float | None) -> datetime | None:
     """The instant a job becomes due: ``run_at`` (timezone-aware) or now + ``delay`` seconds."""
     if run_at is not None and delay is not None:

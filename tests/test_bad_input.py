@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta, timezone
@@ -480,3 +481,23 @@ async def test_a_payload_of_exactly_the_limit_is_delivered(redis_url: str, prefi
         await heard.wait_for(1, within=5.0)
         assert heard.calls == [(name,)]
         assert adapter.ignored_messages == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrency": 0}, "concurrency must be an int > 0, got 0"),
+        ({"concurrency": True}, "concurrency must be an int > 0, got True"),
+        ({"completion_batch_size": 2.5}, "completion_batch_size must be an int > 0"),
+        ({"poll_interval": -1}, "poll_interval must be a finite number of seconds > 0"),
+        ({"lease": math.inf}, "lease must be a finite number of seconds > 0"),
+        ({"drain_timeout": math.nan}, "drain_timeout must be a finite number of seconds >= 0"),
+        ({"handler_timeout": 0}, "handler_timeout must be a finite number of seconds > 0"),
+        ({"reap_interval": "1"}, "reap_interval must be a finite number of seconds > 0"),
+    ],
+)
+def test_worker_settings_are_checked_at_construction(
+    client: Client, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=re.escape(message)):
+        Worker(client, {"t": lambda job, ctx: None}, **options)

@@ -22,7 +22,6 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from sqlalchemy import RowMapping
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.sql import ClauseElement
@@ -51,11 +50,11 @@ from state_adapters.protocol import (
     JobRecord,
     JobStatus,
     NewChain,
-    NewJob,
     Page,
     StartedChain,
     StateAdapter,
 )
+from state_adapters.records import chain_record, job_record, job_row, next_job_row
 from state_adapters.schema import (
     DEFAULT_TABLE_PREFIX,
     WORKER_ID_LENGTH,
@@ -228,7 +227,7 @@ class SqlAlchemyStateAdapter:
                     for b in dict.fromkeys(chain.blockers)
                 )
             job_rows.append(
-                _job_row(
+                job_row(
                     job,
                     job_id=chain_id,
                     chain_id=chain_id,
@@ -517,7 +516,7 @@ class SqlAlchemyStateAdapter:
         # The next job of every continued chain, created only if its
         # predecessor's completion holds.
         next_jobs = [
-            _next_job_row(c.continue_with.job, previous_id=c.job_id, now=now)
+            next_job_row(c.continue_with.job, previous_id=c.job_id, now=now)
             for c in first.values()
             if c.continue_with is not None
         ]
@@ -872,7 +871,7 @@ class SqlAlchemyStateAdapter:
             for start in range(0, len(wanted), _IDS_PER_READ):
                 batch = {"chain_ids": wanted[start : start + _IDS_PER_READ]}
                 for row in (await conn.execute(self._sql.get_chains, batch)).mappings():
-                    chain = _chain_record(row)
+                    chain = chain_record(row)
                     found[chain.id] = chain
         return [found[chain_id] for chain_id in wanted if chain_id in found]
 
@@ -880,7 +879,7 @@ class SqlAlchemyStateAdapter:
         row = (await conn.execute(self._sql.get_chain, {"chain_id": chain_id})).mappings().first()
         if row is None:
             raise _chain_not_found(chain_id)
-        return _chain_record(row)
+        return chain_record(row)
 
     async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
         """The job as stored; raises ``JobNotFoundError``."""
@@ -889,7 +888,7 @@ class SqlAlchemyStateAdapter:
             row = (await conn.execute(self._sql.get_job, {"job_id": job_id})).mappings().first()
         if row is None:
             raise JobNotFoundError(f"no job with id {job_id!r}")
-        return _job_record(row)
+        return job_record(row)
 
     async def list_chains(
         self,
@@ -906,7 +905,7 @@ class SqlAlchemyStateAdapter:
         statement = self._sql.list_chains(status, type_name, limit + 1, _check_id_cursor(after))
         async with self._read(None) as conn:
             rows = (await conn.execute(statement)).mappings().all()
-        items = [_chain_record(row) for row in rows[:limit]]
+        items = [chain_record(row) for row in rows[:limit]]
         cursor = items[-1].id if len(rows) > limit else None
         return Page(items, cursor)
 
@@ -928,7 +927,7 @@ class SqlAlchemyStateAdapter:
         statement = self._sql.list_jobs(chain_id, status, type_name, limit + 1, cursor)
         async with self._read(None) as conn:
             rows = (await conn.execute(statement)).mappings().all()
-        items = [_job_record(row) for row in rows[:limit]]
+        items = [job_record(row) for row in rows[:limit]]
         next_cursor = None
         if len(rows) > limit:
             last = items[-1]
@@ -1038,74 +1037,6 @@ def _claim_params(
         "b_worker_id": worker_id,
         "b_leased_until": now + timedelta(seconds=lease_seconds),
     }
-
-
-def _job_record(row: RowMapping) -> JobRecord:
-    return JobRecord(*(row[name] for name in JOB_FIELDS))
-
-
-def _chain_record(row: RowMapping) -> ChainRecord:
-    job = _job_record(row)
-    return ChainRecord(
-        id=job.chain_id,
-        type_name=row["chain_type_name"],
-        status=job.status,
-        output=job.output,
-        created_at=row["chain_created_at"],
-        completed_at=row["chain_completed_at"],
-        last_job=job,
-    )
-
-
-def _job_row(
-    job: NewJob,
-    *,
-    job_id: str,
-    chain_id: str,
-    chain_index: int,
-    now: datetime,
-    dedup_key: str | None,
-    blockers_pending: int,
-) -> dict[str, Any]:
-    scheduled_at = now if job.run_at is None or job.run_at < now else job.run_at
-    return {
-        "id": job_id,
-        "chain_id": chain_id,
-        "chain_index": chain_index,
-        "type_name": job.type_name,
-        "input": job.input,
-        "output": None,
-        "progress": None,
-        "status": "blocked" if blockers_pending else "pending",
-        "priority": job.priority,
-        "created_at": now,
-        "scheduled_at": scheduled_at,
-        "completed_at": None,
-        "attempt": 0,
-        "max_attempts": job.max_attempts,
-        "last_error": None,
-        "leased_by": None,
-        "lease_token": None,
-        "leased_until": None,
-        "deduplication_key": dedup_key,
-        "blockers_pending": blockers_pending,
-    }
-
-
-def _next_job_row(job: NewJob, *, previous_id: str, now: datetime) -> dict[str, Any]:
-    """The row of a chain's next job; its chain and index come from ``previous_id``'s
-    row, and it is written only if that job's completion holds."""
-    row = _job_row(
-        job,
-        job_id=new_id(),
-        chain_id="",
-        chain_index=0,
-        now=now,
-        dedup_key=None,
-        blockers_pending=0,
-    )
-    del row["chain_id"], row["chain_index"]
-    return {**row, "previous_id": previous_id}
 
 
 def _deduplicates(chain: NewChain, holder: Any, now: datetime) -> bool:

@@ -472,7 +472,7 @@ def _engine(database_url: str, **options: Any) -> AsyncEngine:
     from sqlalchemy.exc import ArgumentError, InvalidRequestError
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from state_adapters.dialects import check_supported
+    from state_adapters.database import check_supported
 
     def unsupported(reason: str) -> BadSettingError:
         return BadSettingError(

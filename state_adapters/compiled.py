@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
 _Processor = Callable[[Any], Any]
@@ -107,3 +107,21 @@ class CompiledStatement:
             for name, value in params.items()
             if name in constants
         }
+
+
+class CompiledStatements:
+    """A cache of :class:`CompiledStatement` per statement object, for one dialect.
+
+    Only for statements built once (of fixed shape): each statement object given is
+    kept for the cache's lifetime."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        self._compiled: dict[Executable, CompiledStatement] = {}
+
+    def __call__(self, statement: Executable) -> CompiledStatement:
+        compiled = self._compiled.get(statement)
+        if compiled is None:
+            clause = cast(ClauseElement, statement)
+            compiled = self._compiled[statement] = CompiledStatement(clause, self._dialect)
+        return compiled

@@ -1,7 +1,7 @@
 """The SQL that differs between Postgres and SQLite, behind one small interface
-chosen once when a state adapter is built (:func:`sql_dialect`): the statements ask
-it, and never test a dialect themselves. Implementations: :mod:`state_adapters.postgres`,
-:mod:`state_adapters.sqlite`."""
+chosen once with the adapter's :class:`~state_adapters.database.Database`: the
+statements ask it, and never test a dialect themselves. Implementations:
+:class:`state_adapters.postgres.PostgresSql`, :class:`state_adapters.sqlite.SqliteSql`."""
 
 from __future__ import annotations
 
@@ -93,14 +93,3 @@ class SqlDialect(Protocol):
     def update_lock(self, select: Select[Any]) -> Select[Any]:
         """Lock rows for update until commit (Postgres ``FOR UPDATE``)."""
         ...
-
-
-def sql_dialect(postgres: bool) -> SqlDialect:
-    """The dialect of a Postgres or a SQLite engine."""
-    if postgres:
-        from state_adapters.postgres import PostgresSql
-
-        return PostgresSql()
-    from state_adapters.sqlite import SqliteSql
-
-    return SqliteSql()

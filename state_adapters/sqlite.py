@@ -1,15 +1,36 @@
-"""Statements shaped for SQLite (see :class:`~state_adapters.sql_dialect.SqlDialect`
-for what each method promises). Every write transaction holds the database (``BEGIN
-IMMEDIATE``), so row locks are not needed and are left out."""
+"""SQLite (aiosqlite): how statements are shaped for it (:class:`SqliteSql`, see
+:class:`~state_adapters.sql_dialect.SqlDialect` for what each method promises) and
+how the adapter uses it (:class:`Sqlite`, see :class:`~state_adapters.database.Database`).
+Every write transaction holds the database (``BEGIN IMMEDIATE``), so row locks are
+not needed and are left out."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from functools import cached_property
 from typing import Any
 
-from sqlalchemy import JSON, Select, bindparam, func, select, true
+from sqlalchemy import JSON, Select, String, Update, bindparam, func, literal_column, select, true
+from sqlalchemy import update as update_rows
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement, UnaryExpression
 from sqlalchemy.sql.operators import custom_op
+
+from state_adapters.chain_statements import ChainStatements
+from state_adapters.compiled import CompiledStatements
+from state_adapters.completion import Completed, FinishedJob
+from state_adapters.database import Conn
+from state_adapters.finishing import finalize
+from state_adapters.protocol import JobRecord
+from state_adapters.schema import Tables, UtcDateTime
+from state_adapters.sqlite_connections import READ_ONLY, SqliteSynchronous, configure_engine
+from state_adapters.sqlite_driver import driver_transaction
+from state_adapters.statements import Query, Statements, job_columns
 
 
 class SqliteSql:
@@ -51,3 +72,127 @@ class SqliteSql:
 
     def update_lock(self, select: Select[Any]) -> Select[Any]:
         return select
+
+
+class Sqlite:
+    """The adapter on SQLite: one writer at a time (``BEGIN IMMEDIATE``), readers in
+    deferred transactions, the adapter's own transactions sent to the driver itself
+    (:mod:`state_adapters.sqlite_driver`), and completions written step by step in
+    statements that compile once."""
+
+    completes_with_claims = True
+    """One writer at a time: a transaction saved is time saved."""
+
+    def __init__(
+        self, engine: AsyncEngine, tables: Tables, *, synchronous: SqliteSynchronous
+    ) -> None:
+        self._synchronous = synchronous
+        self.configure(engine)
+        dialect = SqliteSql()
+        self.sql = Statements(tables, dialect)
+        self.chains = ChainStatements(tables, dialect)
+        self.reader = engine.execution_options(**{READ_ONLY: True})
+        # The engine itself, so the write begins IMMEDIATE.
+        self.single_writer = engine
+        self.compiled = CompiledStatements(engine.dialect)
+        self._tables = tables
+        self._job_columns = job_columns(tables)
+
+    def configure(self, engine: AsyncEngine | Engine) -> None:
+        """WAL, the busy timeout, ``synchronous`` and ``BEGIN IMMEDIATE``
+        (:mod:`state_adapters.sqlite_connections`)."""
+        configure_engine(engine, synchronous=self._synchronous)
+
+    def transaction(self, conn: AsyncConnection) -> AbstractAsyncContextManager[Conn]:
+        return driver_transaction(conn, self.compiled)
+
+    async def take_migration_lock(self, connection: AsyncConnection, name: str) -> None:
+        """Nothing to take: the transaction began with ``BEGIN IMMEDIATE``, which
+        excludes every other writer."""
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        return False
+
+    def needs_transaction(self, exc: BaseException) -> bool:
+        return False
+
+    async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
+        """Two executemany inserts: the chains, then their first jobs."""
+        await conn.execute(*self.sql.insert_chains(job_rows))
+        await conn.execute(*self.sql.insert_jobs(job_rows))
+
+    async def complete(
+        self,
+        conn: Conn,
+        finished: Sequence[FinishedJob],
+        next_jobs: Sequence[Mapping[str, Any]],
+        now: datetime,
+        *,
+        alone: bool,
+        records: bool,
+    ) -> Completed:
+        """The completions in one statement, then the continuations of those that
+        held, then the chains they made final."""
+        rows = await conn.execute(*self._complete_leased(finished, now, records=records))
+        done: dict[str, Any] = {row.id: JobRecord(*row) if records else row for row in rows}
+        created = []
+        for next_job in next_jobs:
+            new = dict(next_job)
+            previous = done.get(new.pop("previous_id"))
+            if previous is not None:
+                new.update(chain_id=previous.chain_id, chain_index=previous.chain_index + 1)
+                created.append(new)
+        if created:
+            await conn.execute(*self.sql.insert_jobs(created))
+        finishing = [done[f.job_id].chain_id for f in finished if f.finishes and f.job_id in done]
+        return Completed(done, await finalize(self, conn, finishing, now))
+
+    def _complete_leased(
+        self, finished: Sequence[FinishedJob], now: datetime, *, records: bool
+    ) -> Query:
+        """Complete each job whose lease token still matches, in one statement of fixed
+        shape fed with one JSON document (so it compiles once, whatever the batch
+        size); returns the completed rows, whole with ``records`` or else ``id``,
+        ``chain_id`` and ``chain_index``. Outputs are embedded as JSON text and stored
+        as they are."""
+        batch = [
+            {"id": f.job_id, "token": f.lease_token, "output": json.dumps(f.output)}
+            for f in finished
+        ]
+        statement = self._complete_leased_records if records else self._complete_leased_ids
+        return Query(statement, {"batch": json.dumps(batch), "now": now})
+
+    @cached_property
+    def _complete_leased_records(self) -> Update:
+        return self._complete_leased_rows.returning(*self._job_columns)
+
+    @cached_property
+    def _complete_leased_ids(self) -> Update:
+        jobs = self._tables.jobs
+        return self._complete_leased_rows.returning(jobs.c.id, jobs.c.chain_id, jobs.c.chain_index)
+
+    @cached_property
+    def _complete_leased_rows(self) -> Update:
+        jobs = self._tables.jobs
+        given = func.json_each(bindparam("batch", type_=String())).table_valued(
+            "value", name="given"
+        )
+
+        def field(name: str) -> ColumnElement[Any]:
+            return func.json_extract(given.c.value, literal_column(f"'$.{name}'"))
+
+        return (
+            update_rows(jobs)
+            .where(
+                jobs.c.id == field("id"),
+                jobs.c.lease_token == field("token"),
+                # By primary key from the document, not by scanning running jobs.
+                self.sql.dialect.without_index(jobs.c.status) == "running",
+            )
+            .values(
+                status="completed",
+                output=field("output"),
+                completed_at=bindparam("now", type_=UtcDateTime()),
+                leased_until=None,
+            )
+        )

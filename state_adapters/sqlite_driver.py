@@ -27,12 +27,13 @@ from typing import Any, cast
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import Executable
 
-from state_adapters import dialects, missing_tables
+from state_adapters import missing_tables
 from state_adapters.compiled import CompiledStatement
+from state_adapters.sqlite_connections import prepare_sqlite, sqlite_ready
 
-Compile = Callable[[ClauseElement], CompiledStatement]
+Compile = Callable[[Executable], CompiledStatement]
 """The adapter's cache of compiled statements."""
 
 
@@ -60,7 +61,7 @@ class DriverTransaction:
         self._compile = compile
 
     async def execute(
-        self, statement: ClauseElement, parameters: Mapping[str, Any] | Sequence[Any] | None = None
+        self, statement: Executable, parameters: Mapping[str, Any] | Sequence[Any] | None = None
     ) -> _Rows:
         compiled = self._compile(statement)
         if isinstance(parameters, Sequence):
@@ -98,8 +99,8 @@ async def driver_transaction(
     ``conn``, committed when the block ends, rolled back if it raises. ``conn`` must
     not be in a SQLAlchemy transaction."""
     fairy = await conn.get_raw_connection()
-    if not dialects.sqlite_ready(fairy, conn.dialect):
-        await conn.run_sync(dialects.prepare_sqlite)
+    if not sqlite_ready(fairy, conn.dialect):
+        await conn.run_sync(prepare_sqlite)
     driver = fairy.driver_connection
     assert driver is not None
     transaction = DriverTransaction(conn, driver, compile)

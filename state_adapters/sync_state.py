@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from state_adapters import dialects, missing_tables
+from state_adapters import missing_tables
 from state_adapters.after_commit import CommitSink, buffer_for_transaction
 from state_adapters.errors import ConfigurationError
 from state_adapters.notifications import NotificationBuffer
@@ -78,7 +78,7 @@ class SyncStateAdapter:
         # Never connected: it compiles the statements for the same database.
         twin = create_async_engine(engine.url.set(drivername=f"{dialect.name}+{driver}"))
         self.state = SqlAlchemyStateAdapter(twin, table_prefix=table_prefix)
-        dialects.configure_engine(engine)
+        self.state.database.configure(engine)
         missing_tables.watch(engine, self.state.tables)
 
     def migrate(self, *, adopt: bool = False) -> None:
@@ -87,7 +87,7 @@ class SyncStateAdapter:
 
         tables = self.state.tables
         with self.engine.begin() as connection:
-            lock = dialects.take_migration_lock(
+            lock = self.state.database.take_migration_lock(
                 SyncConnection(connection),  # type: ignore[arg-type]
                 f"{tables.schema}.{tables.table_prefix}",
             )

@@ -5,6 +5,7 @@ completes against the real services and reports what it promises."""
 from __future__ import annotations
 
 import shutil
+from datetime import UTC, datetime
 
 import pytest
 
@@ -207,18 +208,21 @@ def test_herd_recognises_the_claim_statement_and_nothing_else(postgres: bool) ->
     from sqlalchemy.dialects import postgresql, sqlite
 
     from benchmarks.herd import is_claim
+    from state_adapters.postgres import PostgresSql
     from state_adapters.schema import make_tables
-    from state_adapters.sql_dialect import sql_dialect
+    from state_adapters.sqlite import SqliteSql
     from state_adapters.statements import Statements
 
-    sql = Statements(make_tables("smoke_"), sql_dialect(postgres))
+    sql = Statements(make_tables("smoke_"), PostgresSql() if postgres else SqliteSql())
     dialect = postgresql.psycopg.dialect() if postgres else sqlite.aiosqlite.dialect()
 
     def compiled(statement: object) -> str:
         return str(statement.compile(dialect=dialect))  # type: ignore[attr-defined]
 
-    assert is_claim(compiled(sql.claim(2, 10)), None)
-    assert not is_claim(compiled(sql.next_due_at), None)
+    now = datetime.now(UTC)
+    claim = sql.claim(["a", "b"], worker_id="w", leased_until=now, limit=10, now=now)
+    assert is_claim(compiled(claim.statement), None)
+    assert not is_claim(compiled(sql.next_due_at(["a"]).statement), None)
 
 
 async def test_redis_cost_counts_round_trips_on_a_private_server(postgres_url: str) -> None:

@@ -1,0 +1,33 @@
+"""``queuert-notify``: the demo, a worker runner, migrations and chain inspection.
+
+One module per command group -- ``demo``, ``worker``, ``migrate``, ``chains`` -- each
+registered on :func:`main` below; ``options`` holds the options several commands share,
+``database`` opens the job database for a command, ``output`` prints. A new command is a
+module here and one ``main.add_command`` line."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from queuert_notify import log_format as logs
+from queuert_notify.cli import chains, demo, migrate, worker
+from queuert_notify.cli.database import BadSettingError
+from queuert_notify.cli.options import DATABASE_URL_ENV, DEFAULT_TABLE_PREFIX
+
+__all__ = ["DATABASE_URL_ENV", "DEFAULT_TABLE_PREFIX", "BadSettingError", "main"]
+
+
+@click.group()
+@click.version_option(package_name="queuert-notify")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+def main(verbose: bool) -> None:
+    """A durable job queue in your own SQL database, woken by notify adapters."""
+    logs.configure(logging.INFO if verbose else logging.WARNING)
+
+
+main.add_command(demo.demo)
+main.add_command(worker.worker_command)
+main.add_command(migrate.migrate)
+main.add_command(chains.chains)

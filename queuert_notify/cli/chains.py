@@ -1,0 +1,181 @@
+"""``queuert-notify chains ...``: list and show chains; cancel, retry or delete one."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+import click
+from rich.table import Table
+
+from queuert_notify.cli.database import with_client, with_state
+from queuert_notify.cli.options import (
+    database_url_option,
+    json_option,
+    redis_url_option,
+    table_prefix_option,
+)
+from queuert_notify.cli.output import console, record, run, short, to_json, when
+from state_adapters.protocol import ALL_STATUSES
+
+if TYPE_CHECKING:
+    from state_adapters.protocol import JobStatus
+    from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+
+
+@click.group()
+def chains() -> None:
+    """Inspect chains, and cancel, retry or delete one."""
+
+
+@chains.command("list")
+@database_url_option
+@table_prefix_option
+@click.option("--status", type=click.Choice(ALL_STATUSES), default=None)
+@click.option("--type", "type_name", default=None, help="Type name of the chain's first job.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+@json_option
+def chains_list(
+    database_url: str,
+    table_prefix: str,
+    status: str | None,
+    type_name: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List chains, newest first."""
+
+    async def go(state: SqlAlchemyStateAdapter) -> Any:
+        return await state.list_chains(
+            status=cast("JobStatus | None", status),  # click.Choice(ALL_STATUSES)
+            type_name=type_name,
+            limit=limit,
+        )
+
+    page = run(with_state(database_url, table_prefix, go))
+    if as_json:
+        rows = [record(chain) for chain in page.items]
+        click.echo(to_json({"chains": rows, "next_cursor": page.next_cursor}))
+        return
+    table = Table(title="chains")
+    # Ids are what users copy into `chains show`: never wrap or cut them.
+    table.add_column("id", no_wrap=True, min_width=max((len(c.id) for c in page.items), default=2))
+    for column in ("type", "status", "created", "completed", "output"):
+        table.add_column(column)
+    for chain in page.items:
+        table.add_row(
+            chain.id,
+            chain.type_name,
+            chain.status,
+            when(chain.created_at),
+            when(chain.completed_at),
+            short(chain.output),
+        )
+    console().print(table)
+    if page.next_cursor:
+        console().print(f"more: --limit {limit * 2} shows the next ones", style="dim")
+
+
+@chains.command("show")
+@database_url_option
+@table_prefix_option
+@click.argument("chain_id")
+@json_option
+def chains_show(database_url: str, table_prefix: str, chain_id: str, as_json: bool) -> None:
+    """Show one chain and every job in it."""
+
+    async def go(state: SqlAlchemyStateAdapter) -> tuple[Any, Any]:
+        chain = await state.get_chain(chain_id)
+        jobs = await state.list_jobs(chain_id=chain_id, limit=1000)
+        return chain, jobs
+
+    chain, jobs = run(with_state(database_url, table_prefix, go))
+    if as_json:
+        ordered = sorted(jobs.items, key=lambda j: j.chain_index)
+        click.echo(to_json({"chain": record(chain), "jobs": [record(j) for j in ordered]}))
+        return
+    console().print(
+        f"chain [bold]{chain.id}[/] ({chain.type_name}): [bold]{chain.status}[/], "
+        f"created {when(chain.created_at)}, completed {when(chain.completed_at)}",
+        highlight=False,
+    )
+    console().print(f"output: {short(chain.output, 500)}", highlight=False)
+    table = Table(title="jobs")
+    table.add_column("#")
+    table.add_column("id", no_wrap=True, min_width=max((len(j.id) for j in jobs.items), default=2))
+    for column in ("type", "status", "attempt", "scheduled", "input", "error"):
+        table.add_column(column)
+    for job in sorted(jobs.items, key=lambda j: j.chain_index):
+        attempts = f"{job.attempt}/{job.max_attempts or '∞'}"
+        error = (job.last_error or "").strip().splitlines()
+        table.add_row(
+            str(job.chain_index),
+            job.id,
+            job.type_name,
+            job.status,
+            attempts,
+            when(job.scheduled_at),
+            short(job.input),
+            error[-1] if error else "",
+        )
+    console().print(table)
+
+
+@chains.command("cancel")
+@database_url_option
+@table_prefix_option
+@redis_url_option
+@click.argument("chain_id")
+@json_option
+def chains_cancel(
+    database_url: str,
+    table_prefix: str,
+    redis_url: str | None,
+    redis_prefix: str,
+    chain_id: str,
+    as_json: bool,
+) -> None:
+    """Cancel a chain's unfinished job (a handler running it is cancelled)."""
+    notify = (redis_url, redis_prefix)
+    chain = run(with_client(database_url, table_prefix, notify, lambda c: c.cancel(chain_id)))
+    _print_chain(chain, as_json)
+
+
+@chains.command("retry")
+@database_url_option
+@table_prefix_option
+@redis_url_option
+@click.argument("chain_id")
+@json_option
+def chains_retry(
+    database_url: str,
+    table_prefix: str,
+    redis_url: str | None,
+    redis_prefix: str,
+    chain_id: str,
+    as_json: bool,
+) -> None:
+    """Run a failed or cancelled chain again from its last job."""
+    notify = (redis_url, redis_prefix)
+    chain = run(with_client(database_url, table_prefix, notify, lambda c: c.retry_chain(chain_id)))
+    _print_chain(chain, as_json)
+
+
+@chains.command("delete")
+@database_url_option
+@table_prefix_option
+@click.argument("chain_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def chains_delete(database_url: str, table_prefix: str, chain_id: str, yes: bool) -> None:
+    """Delete a chain and its jobs (refused while other chains wait on it)."""
+    if not yes:
+        click.confirm(f"Delete chain {chain_id} and its jobs?", abort=True)
+    no_notify = (None, "queuert")
+    run(with_client(database_url, table_prefix, no_notify, lambda c: c.delete_chain(chain_id)))
+    click.echo(f"deleted chain {chain_id}")
+
+
+def _print_chain(chain: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(to_json({"chain": record(chain)}))
+        return
+    console().print(f"chain [bold]{chain.id}[/] ({chain.type_name}): [bold]{chain.status}[/]")

@@ -1,0 +1,76 @@
+"""How ``queuert-notify`` prints: a console sized for where the output goes, records as
+JSON, times and values shortened for tables, and the library's typed errors as one line."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+from collections.abc import Awaitable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from queuert_notify.errors import QueuertError
+
+T = TypeVar("T")
+
+_UNFOLDED_WIDTH = 10_000
+
+
+def run(coro: Awaitable[T]) -> T:
+    """Run ``coro``; turn the library's typed errors into a one-line CLI error."""
+
+    async def until_done() -> T:
+        return await coro
+
+    try:
+        return asyncio.run(until_done())
+    except QueuertError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+
+
+def console() -> Console:
+    """A console for one print: created per use, so the terminal width (or $COLUMNS) is
+    read when printing."""
+    terminal = Console()
+    if not terminal.is_terminal and "COLUMNS" not in os.environ:
+        # Into a file or a pipe: lines as long as they need, not folded at 80 columns.
+        return Console(width=_UNFOLDED_WIDTH)
+    return terminal
+
+
+def record(row: Any) -> dict[str, Any]:
+    """A chain or job record as a dict, without lease tokens (they fence a worker's
+    writes; nobody reading a listing needs them)."""
+    data: dict[str, Any] = dataclasses.asdict(row)
+    for item in (data, data.get("last_job") or {}):
+        item.pop("lease_token", None)
+    return data
+
+
+def to_json(value: Any) -> str:
+    """``value`` as indented JSON, times in ISO 8601."""
+    return json.dumps(value, indent=2, default=_json_value)
+
+
+def _json_value(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def when(moment: Any) -> str:
+    """UTC, to the second, without the offset (every stored time is UTC)."""
+    if moment is None:
+        return "-"
+    return str(moment.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """``value`` as JSON, cut to ``limit`` characters for a table cell."""
+    if value is None:
+        return "-"
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

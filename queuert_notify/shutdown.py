@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -90,3 +93,24 @@ async def settle(tasks: Iterable[asyncio.Future[Any]], until: float) -> None:
     for task in done:
         if not task.cancelled() and task.exception() is not None:
             logger.warning("stopping: %r failed", task, exc_info=task.exception())
+
+
+@contextmanager
+def stop_signals(on_signal: Callable[[int], None], *, enabled: bool = True) -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT call ``on_signal(signum)`` on the running
+    loop instead of ending the process; the previous handling comes back after it. Only
+    in the main thread, and where the loop supports it (not on Windows loops)."""
+    loop = asyncio.get_running_loop()
+    installed: list[int] = []
+    if enabled and threading.current_thread() is threading.main_thread():
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(stop_signal, on_signal, stop_signal)
+            except (NotImplementedError, RuntimeError):
+                continue
+            installed.append(stop_signal)
+    try:
+        yield
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)

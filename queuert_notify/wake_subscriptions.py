@@ -67,6 +67,25 @@ class WakeSubscriptions:
             raise
         self._held = held
 
+    async def open_or_poll(self, *, required: bool, poll_interval: float) -> None:
+        """:meth:`open`; when the notify adapter does not answer, keep trying in the
+        background (the worker polls every ``poll_interval`` meanwhile), unless
+        ``required`` (the client's ``require_notify``) or the adapter is closed: then
+        raise what it raised."""
+        try:
+            await self.open()
+        except Exception as exc:
+            if required or isinstance(exc, NotifyAdapterClosedError):
+                raise
+            logger.warning(
+                "cannot listen for wakeups; polling every %.1fs until the notify "
+                "adapter answers: %s",
+                poll_interval,
+                exc,
+                extra={"worker_id": self._worker_id},
+            )
+            self.open_later()
+
     def open_later(self) -> None:
         """Keep trying :meth:`open` in the background until it succeeds."""
         self._retrying = asyncio.create_task(self._open_when_reachable())

@@ -11,21 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import threading
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack, suppress
-from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
+from queuert_notify.claimer import Claimer
 from queuert_notify.client import CLOSE_FLUSH_LIMIT, Client
-from queuert_notify.completion_batcher import BatchWriter, CompletionBatcher, CompletionResult
-from queuert_notify.errors import (
-    ConfigurationError,
-    InvalidInputError,
-    NotifyAdapterClosedError,
-)
+from queuert_notify.errors import ConfigurationError
 from queuert_notify.events import EventEmitter, WorkerEvent
 from queuert_notify.job_outcome import OutcomeWriter
 from queuert_notify.job_run import JobRun
@@ -34,20 +26,22 @@ from queuert_notify.lease_keeper import LeaseKeeper
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
 from queuert_notify.reaper import Reaper
-from queuert_notify.shutdown import Shutdown, settle
+from queuert_notify.shutdown import Shutdown, settle, stop_signals
+from queuert_notify.slots import Slots
+from queuert_notify.startup_checks import check_pool_size, check_tables
 from queuert_notify.wake_policy import WakePolicy
 from queuert_notify.wake_subscriptions import WakeSubscriptions
-from state_adapters.notifications import NotificationBuffer, wait_for_notifications
-from state_adapters.protocol import Completion, JobRecord
-from state_adapters.validation import check_positive_int, check_seconds
+from queuert_notify.worker_settings import WorkerMode, WorkerSettings
+from state_adapters.backoff import Backoff
+from state_adapters.notifications import wait_for_notifications
+from state_adapters.protocol import JobRecord
+
+__all__ = ["Worker", "WorkerMode", "WorkerSettings"]
 
 logger = logging.getLogger(__name__)
 
-WorkerMode = Literal["atomic", "staged"]
-
-_MAX_ERROR_BACKOFF = 30.0
-_NO_SUCH_JOB = "0" * 32
-"""A job id no job has (ids begin with their creation time): the start-up table check."""
+_ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX = 0.5, 30.0
+"""Seconds the loop pauses after a failed pass: doubling from the first to the maximum."""
 
 
 class Worker:
@@ -107,26 +101,24 @@ class Worker:
         :class:`WorkerEvent` for every started/completed/retried/failed/ownership_lost/
         reaped/progress/loop_blocked; ``loop_lag_threshold``: seconds the event loop may
         be blocked before a warning names the running jobs (``None``: no watchdog).
+        Checked here (see :class:`WorkerSettings`): a bad value raises InvalidInputError.
         """
-        check_positive_int(concurrency, "concurrency")
-        check_seconds(poll_interval, "poll_interval", allow_zero=False)
-        check_seconds(lease, "lease", allow_zero=False)
-        check_seconds(drain_timeout, "drain_timeout", allow_zero=True)
-        check_positive_int(completion_batch_size, "completion_batch_size")
-        if handler_timeout is not None:
-            check_seconds(handler_timeout, "handler_timeout", allow_zero=False)
-        if reap_interval is not None:
-            check_seconds(reap_interval, "reap_interval", allow_zero=False)
-        if loop_lag_threshold is not None:
-            check_seconds(loop_lag_threshold, "loop_lag_threshold", allow_zero=False)
-        if not 0 <= jitter < 1:
-            raise InvalidInputError(f"jitter must be a fraction in [0, 1), got {jitter!r}")
-        if retry_backoff is not None and not callable(retry_backoff):
-            raise InvalidInputError(
-                f"retry_backoff must be a callable attempt -> seconds, got {retry_backoff!r}"
-            )
-        if mode not in ("atomic", "staged"):
-            raise InvalidInputError(f"mode must be 'atomic' or 'staged', got {mode!r}")
+        settings = WorkerSettings(
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            lease=lease,
+            mode=mode,
+            worker_id=worker_id or "",
+            handler_timeout=handler_timeout,
+            retry_backoff=retry_backoff,
+            drain_timeout=drain_timeout,
+            reap_interval=reap_interval,
+            jitter=jitter,
+            completion_batch_size=completion_batch_size,
+            completion_linger=completion_linger,
+            loop_lag_threshold=loop_lag_threshold,
+        )
+        self.settings = settings
         self.client = client
         self.registry = HandlerRegistry(handlers)
         self.type_names = self.registry.type_names
@@ -134,11 +126,11 @@ class Worker:
         self.poll_interval = poll_interval
         self.lease = lease
         self.mode: WorkerMode = mode
-        self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
+        self.worker_id = settings.worker_id
         self.handler_timeout = handler_timeout
         self.retry_backoff = retry_backoff
         self.drain_timeout = drain_timeout
-        self.reap_interval = reap_interval if reap_interval is not None else lease / 2
+        self.reap_interval = settings.reap_every
         self.jitter = jitter
         self.on_event = on_event
         self._emit = EventEmitter(on_event, worker_id=self.worker_id)
@@ -149,19 +141,10 @@ class Worker:
             else f"ctx.session needs a state adapter with handler transactions; "
             f"{type(client.state).__name__} has none"
         )
-        self._batch_size = completion_batch_size
-        self._linger = completion_linger
-        self._watchdog = (
-            LoopWatchdog(loop_lag_threshold, on_lag=self._on_loop_lag, active=self._running_ids)
-            if loop_lag_threshold is not None
-            else None
-        )
 
-        self._runs: dict[str, JobRun] = {}  # lease token -> run, until its outcome is written
-        self._leases = LeaseKeeper(
-            client.state, lease, lambda: self._runs.values(), worker_id=self.worker_id
-        )
-        self._busy = 0  # runs holding a slot: their handler has not finished
+        # What the loop reads: free slots, a reason to claim (the wake policy, set by
+        # hints, reconnects, finished runs and timers through _wake), a stop request.
+        self._slots = Slots(concurrency)
         self._wake = asyncio.Event()
         self._policy = WakePolicy(
             client.notify,
@@ -181,9 +164,11 @@ class Worker:
             on_reconnect=self._on_reconnect,
             worker_id=self.worker_id,
         )
-        self._renewer: asyncio.Task[None] | None = None
-        self._reaper: asyncio.Task[None] | None = None
-        self._reaping = Reaper(
+        # Timers of their own, started by run() and cancelled when it ends.
+        self._leases = LeaseKeeper(
+            client.state, lease, lambda: self._slots, worker_id=self.worker_id
+        )
+        self._reaper = Reaper(
             client,
             self.type_names,
             interval=self.reap_interval,
@@ -192,7 +177,14 @@ class Worker:
             woke=self._on_reconnect,
             worker_id=self.worker_id,
         )
-        self._batcher: CompletionBatcher | None = None
+        self._watchdog = (
+            LoopWatchdog(loop_lag_threshold, on_lag=self._on_loop_lag, active=self._slots.job_ids)
+            if loop_lag_threshold is not None
+            else None
+        )
+        self._timers: list[asyncio.Task[None]] = []
+        # Built by run(): the writes of claims and completions, and of outcomes.
+        self._claimer: Claimer | None = None
         self._outcomes: OutcomeWriter | None = None
         self._run_task: asyncio.Task[None] | None = None
 
@@ -220,7 +212,7 @@ class Worker:
         """Stop claiming, drain running handlers (cancelled at once with ``force``) and
         wait until ``run()`` has returned (not when called from inside a handler)."""
         self._request_stop(force=force)
-        if self._batcher is None or self._called_from_inside():
+        if self._claimer is None or self._called_from_inside():
             return
         await self._done.wait()
         if self._run_task is not None:
@@ -228,144 +220,88 @@ class Worker:
 
     def _called_from_inside(self) -> bool:
         current = asyncio.current_task()
-        if current is self._run_task:
-            return True
-        return any(current is r.task for r in self._runs.values())
+        return current is self._run_task or current in self._slots.tasks()
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until ``stop()``. With ``handle_signals`` in the main thread, SIGTERM and
         SIGINT start a graceful drain and a second signal cancels running handlers."""
-        if self._batcher is not None:
+        if self._claimer is not None:
             raise RuntimeError("a Worker runs once; create a new Worker to run again")
-        loop = asyncio.get_running_loop()
-        installed = self._install_signal_handlers(loop) if handle_signals else []
         held = AsyncExitStack()
-        self._batcher = CompletionBatcher(
-            self._batch_writer(),
-            self.client.flush,
-            max_batch=self._batch_size,
-            max_delay=self._linger,
+        self._claimer = claimer = Claimer(
+            self.client.state,
+            self.type_names,
+            worker_id=self.worker_id,
+            lease=self.lease,
+            flush=self.client.flush,
+            max_batch=self.settings.completion_batch_size,
+            max_delay=self.settings.completion_linger,
         )
         self._outcomes = OutcomeWriter(
             self.client,
-            self._batcher,
+            claimer.batcher,
             emit=self._emit,
             release_slot=self._release_slot,
             continued=self._continued,
             retry_backoff=self.retry_backoff,
             worker_id=self.worker_id,
         )
-        try:
-            await self.client.connect()
-            self._check_pool_size()
-            await self._check_tables()
-            # Claims and completions on connections kept out of the pool while the
-            # worker runs (when the adapter keeps any).
-            await held.enter_async_context(self.client.state.holding_connections())
+        with stop_signals(self._on_signal, enabled=handle_signals):
             try:
-                await self._subscriptions.open()
-            except Exception as exc:
-                if self.client.require_notify or isinstance(exc, NotifyAdapterClosedError):
-                    raise
-                logger.warning(
-                    "cannot listen for wakeups; polling every %.1fs until the notify "
-                    "adapter answers: %s",
-                    self.poll_interval,
-                    exc,
-                    extra={"worker_id": self.worker_id},
+                await self.client.connect()
+                check_pool_size(self.client.state, self.settings)
+                await check_tables(self.client.state)
+                # Claims and completions on connections kept out of the pool while the
+                # worker runs (when the adapter keeps any).
+                await held.enter_async_context(self.client.state.holding_connections())
+                await self._subscriptions.open_or_poll(
+                    required=self.client.require_notify, poll_interval=self.poll_interval
                 )
-                self._subscriptions.open_later()
-            self._started.set()
-            self._renewer = asyncio.create_task(self._leases.run(), name="queuert-lease-renewer")
-            self._reaper = asyncio.create_task(self._reaping.run(), name="queuert-reaper")
-            if self._watchdog is not None:
-                self._watchdog.start()
-            logger.info(
-                "worker started",
-                extra={"worker_id": self.worker_id, "type_names": list(self.type_names)},
-            )
-            await self._run_until_stopped()
-        finally:
-            await self._release(held)
-            for signum in installed:
-                loop.remove_signal_handler(signum)
-            self._shutdown.request(force=False)
-            self._done.set()
-            logger.info("worker stopped", extra={"worker_id": self.worker_id})
+                self._started.set()
+                self._start_timers()
+                logger.info(
+                    "worker started",
+                    extra={"worker_id": self.worker_id, "type_names": list(self.type_names)},
+                )
+                await self._run_until_stopped()
+            finally:
+                await self._release(held)
+                self._shutdown.request(force=False)
+                self._done.set()
+                logger.info("worker stopped", extra={"worker_id": self.worker_id})
+
+    def _start_timers(self) -> None:
+        """The worker's own periodic tasks, next to the loop; each is cancelled when
+        ``run()`` ends (:meth:`_release`)."""
+        self._timers = [
+            asyncio.create_task(self._leases.run(), name="queuert-lease-renewer"),
+            asyncio.create_task(self._reaper.run(), name="queuert-reaper"),
+        ]
+        if self._watchdog is not None:
+            self._watchdog.start()
 
     async def _release(self, held: AsyncExitStack) -> None:
         """Cancel the worker's own tasks, write what is queued and give back what the run
         held. Bounded: once the worker gave up on its jobs (drain timeout, forced stop,
         an error) everything left gets ``CANCEL_GRACE`` from then."""
         loop = asyncio.get_running_loop()
-        runs = {r.task for r in self._runs.values() if r.task}
+        runs = self._slots.tasks()
         if runs:
             self._abandon(runs)
         until = self._shutdown.give_up_at or loop.time() + CLOSE_FLUSH_LIMIT
-        own = [
-            self._subscriptions.background_task(),
-            self._renewer,
-            self._reaper,
-            *self._hint_tasks,
-        ]
+        retrying = self._subscriptions.background_task()
+        own = [*self._timers, *self._hint_tasks, *([retrying] if retrying else [])]
         for task in own:
-            if task is not None:
-                task.cancel()
-        await settle([*runs, *(t for t in own if t is not None)], until)
+            task.cancel()
+        await settle([*runs, *own], until)
         await self._subscriptions.close()
-        assert self._batcher is not None
-        await settle({asyncio.ensure_future(self._batcher.close())}, until)
+        assert self._claimer is not None
+        await settle({asyncio.ensure_future(self._claimer.batcher.close())}, until)
         await settle({asyncio.ensure_future(held.aclose())}, until)
         if self._watchdog is not None:
             await self._watchdog.close()
         # Completions committed in handler sessions publish from after-commit tasks.
         await wait_for_notifications(timeout=max(until - loop.time(), 0.0))
-
-    async def _check_tables(self) -> None:
-        """Raise the state adapter's ConfigurationError at start on a database whose
-        queue tables were never migrated, instead of failing every claim of the loop.
-
-        One primary-key read of the jobs table, for an id no job has (ids begin with
-        their creation time); its JobNotFoundError means the table is there. Anything
-        else (the database is down) is left to the loop, which retries it."""
-        try:
-            await self.client.state.get_job(_NO_SUCH_JOB)
-        except ConfigurationError:
-            raise
-        except Exception:
-            return
-
-    def _check_pool_size(self) -> None:
-        size = self.client.state.connection_capacity()
-        if self.mode != "atomic" or size is None:
-            return
-        # A session per handler, the two connections claims and completions keep, and two
-        # for the rest (reaping, renewals, failures).
-        wanted = self.concurrency + 4
-        if size < wanted:
-            # Connections beyond the pool are opened and closed per use, which costs more
-            # than the job itself when every handler writes through ctx.session.
-            logger.info(
-                "the engine's pool (pool_size=%s) is smaller than concurrency + 4 = %s; "
-                "handlers that use ctx.session will open a connection per job. "
-                "Pass create_async_engine(..., pool_size=%s).",
-                size,
-                wanted,
-                wanted,
-                extra={"worker_id": self.worker_id},
-            )
-
-    def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> list[int]:
-        if threading.current_thread() is not threading.main_thread():
-            return []
-        installed: list[int] = []
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(signum, self._on_signal, signum)
-            except (NotImplementedError, RuntimeError):  # e.g. Windows event loops
-                continue
-            installed.append(signum)
-        return installed
 
     def _on_signal(self, signum: int) -> None:
         force = self._shutdown.requested
@@ -380,7 +316,7 @@ class Worker:
         self._shutdown.request(force=force)
         self._wake.set()
         if force:
-            self._cancel_handlers("worker stopped without drain")
+            self._slots.abandon_all("worker stopped without drain")
 
     async def _run_until_stopped(self) -> None:
         """Run the loop until a stop is requested, then drain (see :class:`Shutdown`):
@@ -391,20 +327,18 @@ class Worker:
         await self._shutdown.until_requested(loop_task)
         if loop_task.done():
             loop_task.result()  # why it ended before a stop (a ConfigurationError)
-        running = len(self._runs)
+        running = len(self._slots)
         if running and not self._shutdown.forced:
             logger.info(
                 "draining running jobs", extra={"worker_id": self.worker_id, "running": running}
             )
-        left = await self._shutdown.drain(
-            lambda: [loop_task, *(r.task for r in self._runs.values() if r.task)]
-        )
+        left = await self._shutdown.drain(lambda: [loop_task, *self._slots.tasks()])
         if left:
             if not self._shutdown.forced:
                 logger.warning(
                     "drain timeout: cancelling running jobs; they will be retried when their "
                     "leases expire",
-                    extra={"worker_id": self.worker_id, "running": len(self._runs)},
+                    extra={"worker_id": self.worker_id, "running": len(self._slots)},
                 )
             self._abandon(left)
             await settle(left, self._shutdown.give_up())
@@ -415,25 +349,18 @@ class Worker:
         """Cancel everything still running, wherever it waits, and give it
         ``CANCEL_GRACE`` to end."""
         self._shutdown.give_up()
-        self._cancel_handlers("worker stopped")
-        assert self._batcher is not None
-        self._batcher.abort()
+        self._slots.abandon_all("worker stopped")
+        assert self._claimer is not None
+        self._claimer.batcher.abort()
         for task in tasks:
             task.cancel()
 
-    # -- wakeups ---------------------------------------------------------------------
-
-    def _free_slots(self) -> int:
-        """Handlers that may start now. A finished handler gives its slot back before its
-        completion is written (claiming overlaps writing), but at most twice
-        ``concurrency`` completions wait to be written (a batch in flight and the next),
-        so a slow database slows claiming down."""
-        return min(self.concurrency - self._busy, 3 * self.concurrency - len(self._runs))
+    # -- reasons to claim ------------------------------------------------------------
 
     def _on_job_scheduled(self, type_name: str) -> None:
         if self._shutdown.requested:
             return
-        if self._free_slots() <= 0:
+        if self._slots.free() <= 0:
             # Busy: leave the hint to an idle worker; ask for it when a slot frees.
             self._policy.busy(type_name)
             return
@@ -452,100 +379,78 @@ class Worker:
         self._policy.more_may_wait()
         self._wake.set()
 
+    def _continued(self, type_name: str) -> None:
+        """A completion created the chain's next job, of ``type_name``."""
+        if type_name in self.registry:
+            # We handle the continuation ourselves: look for it now instead of waiting
+            # for the notification round trip.
+            self._policy.more_may_wait()
+            self._wake.set()
+
+    def _slot_freed(self, was_full: bool) -> None:
+        """A run gave its slot back: wake the loop if it may claim for it."""
+        if not self._shutdown.requested and (self._policy.more or was_full):
+            self._wake.set()
+
     # -- the loop --------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        error_backoff = 0.0
+        """Wait for a reason to claim, claim what the free slots take, start a run per
+        job; until a stop is requested. A failed pass is retried after a backoff; a
+        ConfigurationError (the tables are gone) stops the worker."""
+        errors = Backoff(_ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX)
         while not self._shutdown.requested:
-            # Cleared before querying so a wake arriving during the query is kept.
+            # Cleared before claiming, so a reason arriving meanwhile is kept.
             self._wake.clear()
-            timeout: float | None = None
             try:
-                free = self._free_slots()
-                if free > 0:
-                    # Not claiming (the wake budget says the jobs are taken) sleeps as
-                    # after an empty claim: until the next due job.
-                    claim = await self._policy.should_claim()
-                    claimed_at = asyncio.get_running_loop().time()
-                    records = await self._claim(free) if claim else []
-                    for record in records:
-                        self._start(record, claimed_at)
-                    self._policy.claimed((r.type_name for r in records), len(records), free)
-                    if len(records) < free:
-                        timeout = await self._policy.idle_timeout(
-                            acquired=bool(records), claimed=claim
-                        )
-                error_backoff = 0.0
+                sleep = await self._claim_and_start()
+                errors.reset()
             except ConfigurationError as exc:
-                # Not transient (the tables were dropped): retrying cannot help.
                 logger.error("worker stopped: %s", exc, extra={"worker_id": self.worker_id})
                 raise
             except Exception:
-                error_backoff = min(max(error_backoff * 2, 0.5), _MAX_ERROR_BACKOFF)
+                sleep = min(errors.next(), self.poll_interval)
                 logger.warning(
                     "worker loop failed; retrying in %.1fs",
-                    error_backoff,
+                    sleep,
                     exc_info=True,
                     extra={"worker_id": self.worker_id},
                 )
-                timeout = min(error_backoff, self.poll_interval)
             if self._shutdown.requested:
                 break
-            if timeout is None:
-                if self._free_slots() > 0:
-                    # A slot freed while this pass claimed: nothing else would wake
-                    # the loop for it.
-                    continue
-                # All slots are busy: a freed slot wakes the loop.
-                timeout = self._policy.poll_timeout()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                # The poll interval or the next due job (see WakePolicy).
-                self._policy.poll_timer_fired()
+            if sleep is None:
+                if self._slots.free() > 0:
+                    continue  # a slot freed during the claim: nothing else would wake us
+                sleep = self._policy.poll_timeout()  # all slots busy: a freed one wakes us
+            await self._wait_for_reason(sleep)
 
-    async def _claim(self, limit: int) -> list[JobRecord]:
-        """Claim up to ``limit`` jobs. Completions waiting to be written go along when
-        the state adapter says that is cheaper (``completes_with_claims``: SQLite, one
-        writer at a time); otherwise the batcher writes them while this claims."""
-        state = self.client.state
-        assert self._batcher is not None
-        taken = self._batcher.take() if state.completes_with_claims else []
-        if not taken:
-            return await state.acquire(
-                self.type_names, worker_id=self.worker_id, lease_seconds=self.lease, limit=limit
-            )
-        return await self._batcher.write_with(
-            taken,
-            lambda completions, notes: state.complete_and_acquire(
-                completions,
-                notes=notes,
-                type_names=self.type_names,
-                worker_id=self.worker_id,
-                lease_seconds=self.lease,
-                limit=limit,
-            ),
-        )
+    async def _claim_and_start(self) -> float | None:
+        """One pass: claim up to the free slots, if the wake policy says jobs may wait,
+        and start a run per job claimed. Returns how long to sleep when fewer jobs came
+        than slots are free (``None``: no sleep of the policy's, claim again)."""
+        free = self._slots.free()
+        if free <= 0:
+            return None
+        # Not claiming (the wake budget says the jobs are taken) sleeps as after an
+        # empty claim: until the next due job.
+        claim = await self._policy.should_claim()
+        claimed_at = asyncio.get_running_loop().time()
+        assert self._claimer is not None
+        records = await self._claimer.claim(free) if claim else []
+        for record in records:
+            self._start(record, claimed_at)
+        self._policy.claimed((r.type_name for r in records), len(records), free)
+        if len(records) < free:
+            return await self._policy.idle_timeout(acquired=bool(records), claimed=claim)
+        return None
 
-    def _batch_writer(self) -> BatchWriter:
-        """How the batcher writes completions alone: ``complete_and_acquire`` with no
-        claim (it reads back no job rows)."""
-        state = self.client.state
-
-        async def write(
-            completions: list[Completion], notes: NotificationBuffer
-        ) -> Sequence[CompletionResult]:
-            written, _ = await state.complete_and_acquire(
-                completions,
-                notes=notes,
-                type_names=self.type_names,
-                worker_id=self.worker_id,
-                lease_seconds=self.lease,
-                limit=0,
-            )
-            return list(written)
-
-        return write
+    async def _wait_for_reason(self, seconds: float) -> None:
+        """Sleep until a wake (hint, reconnect, freed slot, stop), ``seconds`` at most."""
+        try:
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        except TimeoutError:
+            # The poll interval or the next due job (see WakePolicy).
+            self._policy.poll_timer_fired()
 
     # -- running one job -------------------------------------------------------------
 
@@ -558,29 +463,14 @@ class Worker:
             return
         run = JobRun(Job.from_record(record), record.lease_token, record.leased_until)
         self._leases.granted(run, claimed_at)
-        self._runs[run.lease_token] = run
-        self._busy += 1
+        self._slots.take(run)
         run.task = asyncio.create_task(self._execute(run), name=f"queuert-job-{record.id}")
-        run.task.add_done_callback(lambda _: self._finished(run))
-
-    def _finished(self, run: JobRun) -> None:
-        was_full = self._free_slots() <= 0
-        self._runs.pop(run.lease_token, None)
-        if run.holds_slot:
-            run.holds_slot = False
-            self._busy -= 1
-        if not self._shutdown.requested and (self._policy.more or was_full):
-            self._wake.set()
+        run.task.add_done_callback(lambda _: self._slot_freed(self._slots.remove(run)))
 
     def _release_slot(self, run: JobRun) -> None:
         """The handler finished: let another job start while this one's outcome is written."""
-        if not run.holds_slot:
-            return
-        was_full = self._free_slots() <= 0
-        run.holds_slot = False
-        self._busy -= 1
-        if not self._shutdown.requested and (self._policy.more or was_full):
-            self._wake.set()
+        if run.holds_slot:
+            self._slot_freed(self._slots.release(run))
 
     async def _execute(self, run: JobRun) -> None:
         job = run.job
@@ -617,24 +507,6 @@ class Worker:
                 with suppress(Exception):
                     await unsubscribe()
 
-    def _continued(self, type_name: str) -> None:
-        """A completion created the chain's next job, of ``type_name``."""
-        if type_name in self.registry:
-            # We handle the continuation ourselves: look for it now instead of waiting
-            # for the notification round trip.
-            self._policy.more_may_wait()
-            self._wake.set()
-
-    def _cancel_handlers(self, reason: str) -> None:
-        """Abandon running jobs: they keep their lease until it expires, then run again."""
-        for run in list(self._runs.values()):
-            run.abandon(reason)
-
-    # -- a blocked event loop --------------------------------------------------------
-
-    def _running_ids(self) -> list[str]:
-        return [run.job.id for run in self._runs.values()]
-
     def _on_loop_lag(self, lag: float, job_ids: frozenset[str]) -> None:
         running = sorted(job_ids)
         logger.warning(
@@ -646,10 +518,6 @@ class Worker:
             extra={"worker_id": self.worker_id, "job_ids": running, "lag": lag},
         )
         self._emit("loop_blocked", lag=lag, job_ids=tuple(running))
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _job_extra(job: Job, worker_id: str) -> dict[str, Any]:

@@ -41,7 +41,24 @@ def test_the_state_layers_errors_are_the_ones_users_catch() -> None:
     assert issubclass(errors.NotifyAdapterClosedError, state_errors.QueuertError)
 
 
-@pytest.mark.parametrize("module", ["client", "worker"])
+_WORKER_MODULES = [
+    "worker",
+    "worker_settings",
+    "startup_checks",
+    "wake_policy",
+    "wake_subscriptions",
+    "slots",
+    "claimer",
+    "completion_batcher",
+    "job_run",
+    "lease_keeper",
+    "job_outcome",
+    "reaper",
+    "shutdown",
+]
+
+
+@pytest.mark.parametrize("module", ["client", *_WORKER_MODULES])
 def test_the_client_and_the_worker_import_no_sqlalchemy_and_probe_nothing(module: str) -> None:
     """Sessions, retries and after-commit plumbing belong to the state layer, and the
     state adapter's capabilities are declared by its protocol, not probed."""

@@ -99,6 +99,13 @@ class JobRun:
                 if current is not None:
                     current.uncancel()
 
+    async def cancel_checks(self) -> None:
+        """The run is over: cancel its ownership checks in flight and wait for them."""
+        if self.checks:
+            for check in list(self.checks):
+                check.cancel()
+            await asyncio.gather(*self.checks, return_exceptions=True)
+
     def lease_over(self) -> bool:
         """Whether the lease we know of has run out."""
         until = self.leased_until

@@ -497,10 +497,7 @@ class Worker:
             assert self._outcomes is not None
             await self._outcomes.finish(run, ctx, result, error)
         finally:
-            if run.checks:
-                for check in list(run.checks):
-                    check.cancel()
-                await asyncio.gather(*run.checks, return_exceptions=True)
+            await run.cancel_checks()
             if ctx.transaction is not None:
                 await ctx.transaction.close()
             if unsubscribe is not None:

@@ -39,7 +39,7 @@ from queuert_notify.jobs import Job, JobContext
 from queuert_notify.testing import Recorder
 from queuert_notify.worker import Worker
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from tests.support.queue_helpers import STATE_KINDS
+from tests.support.queue_helpers import STATE_KINDS, tasks_shown_after
 from tests.support.services import OwnServer, free_port, own_redis_server
 
 pytest_plugins = ["tests.support.queue_fixtures"]
@@ -265,6 +265,7 @@ async def _redis_workload(notify: RedisNotifyAdapter, tmp_path: Path) -> None:
     handlers = {first: start, second: finish, "slow": slow}
     # Bounded below pytest-timeout, so a step that hangs fails with its own traceback.
     async with (
+        tasks_shown_after(50),
         asyncio.timeout(60),
         _queue(notify, tmp_path) as client,
         Worker(client, handlers, poll_interval=60.0, concurrency=4),

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from contextlib import suppress
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import nats
@@ -125,3 +127,22 @@ class CountingState:
             return attr(*args, **kwargs)
 
         return counted
+
+
+@asynccontextmanager
+async def tasks_shown_after(seconds: float) -> AsyncIterator[None]:
+    """Run the block; if it is still running after ``seconds``, print where every task
+    of the loop waits (pytest shows it with the failure), so a hang names its await."""
+
+    async def show() -> None:
+        await asyncio.sleep(seconds)
+        print(f"--- still running after {seconds} s; every task of the loop: ---")
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.print_stack(file=sys.stdout)
+
+    watchdog = asyncio.create_task(show())
+    try:
+        yield
+    finally:
+        watchdog.cancel()

@@ -16,6 +16,7 @@ from sqlalchemy.pool import QueuePool
 from queuert_notify import ConfigurationError, InvalidInputError, PostgresNotifyAdapter
 from queuert_notify.notify.postgres import MAX_PAYLOAD_BYTES, channel_name
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
+from queuert_notify.testing.notify_conformance import ForceReconnect
 
 
 def libpq_dsn(postgres_url: str) -> str:
@@ -50,6 +51,21 @@ class TestPostgresNotifyAdapter(NotifyAdapterConformance):
     ) -> AsyncIterator[PostgresNotifyAdapter]:
         async with PostgresNotifyAdapter(postgres_url, prefix=prefix) as peer:
             yield peer
+
+    @pytest.fixture
+    async def force_reconnect(
+        self, postgres_url: str, prefix: str
+    ) -> AsyncIterator[ForceReconnect]:
+        async def terminate_listener() -> None:
+            pids = await listener_backends(postgres_url, prefix)
+            assert pids, "the adapter has no LISTEN connection to lose"
+            async with await psycopg.AsyncConnection.connect(
+                libpq_dsn(postgres_url), autocommit=True
+            ) as admin:
+                for pid in pids:
+                    await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+        yield terminate_listener
 
 
 async def test_one_listen_connection_serves_every_listener_and_closes_with_the_last(

@@ -79,8 +79,10 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
       the engine's pool.
     - One dedicated LISTEN connection per adapter, shared by every listener:
       opened on the first ``listen_*`` call, closed when the last listener
-      leaves. A listener registered by an awaited ``listen_*`` call hears
-      every later notification (the call returns after LISTEN ran).
+      leaves (the ownership-lost channel, once listened, stays LISTENed until
+      ``close()``: a worker listens on it for every run). A listener registered
+      by an awaited ``listen_*`` call hears every later notification (the call
+      returns after LISTEN ran).
     - Publishing uses ``pg_notify`` on a second connection (autocommit);
       ``notify_jobs_scheduled`` is one statement, one round trip.
       :meth:`notify_in_transaction` publishes inside the caller's transaction

@@ -89,6 +89,7 @@ class PostgresStatements:
                 "max_attempts": row["max_attempts"],
                 "dedup_key": row["deduplication_key"],
                 "blockers_pending": row["blockers_pending"],
+                "trace_context": row["trace_context"],
             }
             for row in job_rows
         ]
@@ -112,6 +113,7 @@ class PostgresStatements:
             max_attempts=Integer(),
             dedup_key=String(),
             blockers_pending=Integer(),
+            trace_context=String(),
         )
         new_chains = (
             insert(t.chains)
@@ -135,6 +137,7 @@ class PostgresStatements:
             "max_attempts": rows.c.max_attempts,
             "deduplication_key": rows.c.dedup_key,
             "blockers_pending": rows.c.blockers_pending,
+            "trace_context": rows.c.trace_context,
         }
         return (
             insert(t.jobs)
@@ -181,6 +184,7 @@ class PostgresStatements:
                 "priority": row["priority"],
                 "scheduled_at": row["scheduled_at"].isoformat(),
                 "max_attempts": row["max_attempts"],
+                "trace_context": row["trace_context"],
             }
             for row in next_jobs
         ]
@@ -264,6 +268,7 @@ class PostgresStatements:
             priority=Integer(),
             scheduled_at=DateTime(timezone=True),
             max_attempts=Integer(),
+            trace_context=String(),
         )
         next_values = {
             "id": follow.c.id,
@@ -278,6 +283,7 @@ class PostgresStatements:
             "attempt": literal(0),
             "max_attempts": follow.c.max_attempts,
             "blockers_pending": literal(0),
+            "trace_context": follow.c.trace_context,
         }
         continued = (
             insert(jobs)

@@ -52,6 +52,10 @@ class NewJob:
     max_attempts: int | None = DEFAULT_MAX_ATTEMPTS
     """Runs of the job at most (the first and its retries); ``None``: retry forever
     (with capped backoff)."""
+    trace_context: str | None = None
+    """Stored with the job and returned on its :class:`JobRecord`, never read by the
+    adapter: how an instrumentation (``queuert_notify.otel``) continues the trace of
+    the request that made the job in the process that runs it."""
     validated: bool = field(default=False, repr=False, compare=False)
     """Set by :func:`state_adapters.validation.new_job` only: the adapter does not walk
     a job built there again (validation runs once per write)."""
@@ -111,6 +115,8 @@ class JobRecord:
     leased_until: datetime | None
     deduplication_key: str | None
     progress: Any
+    trace_context: str | None = None
+    """As given on the :class:`NewJob` (``None`` from adapters that do not store it)."""
 
 
 @dataclass(frozen=True, slots=True)

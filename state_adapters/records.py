@@ -66,6 +66,7 @@ def job_row(
         "leased_until": None,
         "deduplication_key": dedup_key,
         "blockers_pending": blockers_pending,
+        "trace_context": job.trace_context,
     }
 
 

@@ -176,6 +176,9 @@ def make_tables(
         Column("leased_until", timestamp(), nullable=True),
         Column("deduplication_key", String(DEDUP_KEY_LENGTH), nullable=True),
         Column("blockers_pending", Integer, nullable=False),
+        # Opaque to the queue: what an instrumentation (queuert_notify.otel) stored to
+        # continue the trace of the request that started the job.
+        Column("trace_context", Text, nullable=True),
         UniqueConstraint("chain_id", "chain_index", name=f"{p}jobs_chain_uq"),
         # Acquisition reads the best pending jobs of some types in this order.
         Index(

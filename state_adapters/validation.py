@@ -32,6 +32,8 @@ from state_adapters.schema import ID_LENGTH, WORKER_ID_LENGTH
 
 MAX_TYPE_NAME_LENGTH = 200
 MAX_DEDUP_KEY_LENGTH = 255
+MAX_TRACE_CONTEXT_LENGTH = 8192
+"""Characters; W3C ``traceparent`` + ``tracestate`` + ``baggage`` fit with room to spare."""
 DEDUP_SCOPES = ("incomplete", "ever")
 _ID_FORM = re.compile(f"[0-9a-f]{{{ID_LENGTH}}}")
 MAX_JSON_DEPTH = 100
@@ -273,6 +275,7 @@ def new_job(
     delay: float | None,
     priority: int,
     max_attempts: int | None,
+    trace_context: str | None = None,
 ) -> NewJob:
     """A validated :class:`NewJob` (a state adapter does not check it again)."""
     return NewJob(
@@ -281,8 +284,22 @@ def new_job(
         run_at=resolve_run_at(run_at, delay),
         priority=check_priority(priority),
         max_attempts=check_max_attempts(max_attempts),
+        trace_context=check_trace_context(trace_context),
         validated=True,
     )
+
+
+def check_trace_context(trace_context: str | None) -> str | None:
+    """Return ``trace_context`` if it is ``None`` or text a database stores, at most
+    :data:`MAX_TRACE_CONTEXT_LENGTH` characters."""
+    if trace_context is None:
+        return None
+    if not isinstance(trace_context, str) or len(trace_context) > MAX_TRACE_CONTEXT_LENGTH:
+        raise InvalidInputError(
+            f"trace_context must be None or a string of at most {MAX_TRACE_CONTEXT_LENGTH} "
+            f"characters, got {type(trace_context).__name__} of {len(str(trace_context))}"
+        )
+    return check_text(trace_context, "trace_context")
 
 
 def new_chain(
@@ -331,6 +348,7 @@ def check_new_job(job: object) -> None:
     check_json(job.input, "input")
     check_priority(job.priority)
     check_max_attempts(job.max_attempts)
+    check_trace_context(job.trace_context)
     if job.run_at is not None and (
         not isinstance(job.run_at, datetime) or job.run_at.utcoffset() is None
     ):

@@ -30,6 +30,7 @@ from queuert_notify.testing.state_cases.listing import ListingCases
 from queuert_notify.testing.state_cases.reaping import ReapingCases
 from queuert_notify.testing.state_cases.retrying import RetryingCases
 from queuert_notify.testing.state_cases.starting import StartingCases
+from queuert_notify.testing.state_cases.trace_context import TraceContextCases
 from queuert_notify.testing.state_cases.transactions import TransactionsCases
 
 
@@ -45,6 +46,7 @@ class StateAdapterConformance(
     BlockersCases,
     DeduplicationCases,
     TransactionsCases,
+    TraceContextCases,
 ):
     """Behaviour every state adapter must show; see the module docstring. Each base class
     holds the cases of one area (queuert_notify/testing/state_cases/)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from queuert_notify import instrumentation
 from queuert_notify.errors import (
     ChainNotFoundError,
     ConfigurationError,
@@ -75,9 +76,12 @@ class ChainSpec:
     blockers: Sequence[str] = ()
     max_attempts: int | None = DEFAULT_MAX_ATTEMPTS
 
-    def to_new_chain(self, chain_id: str | None = None) -> NewChain:
+    def to_new_chain(
+        self, chain_id: str | None = None, *, trace_context: str | None = None
+    ) -> NewChain:
         """Validate and convert, with ``chain_id`` as the chain's id (``None``: the state
-        adapter makes one); raises ``InvalidInputError`` before anything is written."""
+        adapter makes one) and ``trace_context`` stored with its first job; raises
+        ``InvalidInputError`` before anything is written."""
         job = new_job(
             self.type_name,
             self.input,
@@ -85,6 +89,7 @@ class ChainSpec:
             delay=self.delay,
             priority=self.priority,
             max_attempts=self.max_attempts,
+            trace_context=trace_context,
         )
         return new_chain(
             job,
@@ -214,18 +219,23 @@ class Client:
         """
         if isinstance(specs, ChainSpec):
             raise InvalidInputError("start_chains takes a list of ChainSpec; use start_chain")
-        chains = []
+        specs = list(specs)
         for spec in specs:
             if not isinstance(spec, ChainSpec):
                 raise InvalidInputError(f"start_chains takes ChainSpec items, got {spec!r}")
-            chains.append(spec.to_new_chain(new_id()))
-        if not chains:
+        if not specs:
             return []
-        return await self._write(
-            session,
-            lambda notes: self.state.start_chains(chains, notes=notes, session=session),
-            again=lambda notes: start_again(self.state, chains, notes),
-        )
+        with instrumentation.active().starting_chains(specs) as observed:
+            chains = [
+                spec.to_new_chain(new_id(), trace_context=observed.trace_context) for spec in specs
+            ]
+            started = await self._write(
+                session,
+                lambda notes: self.state.start_chains(chains, notes=notes, session=session),
+                again=lambda notes: start_again(self.state, chains, notes),
+            )
+            observed.started(started)
+        return started
 
     # -- waiting ---------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any
 from queuert_notify.client import Client
 from queuert_notify.completion_batcher import CompletionBatcher
 from queuert_notify.errors import ConfigurationError, InvalidInputError, JobOwnershipLostError
+from queuert_notify.instrumentation import RunOutcome
 from queuert_notify.job_run import HandlerTimeout, JobRun
 from queuert_notify.jobs import Job, JobContext
 from state_adapters import validation
@@ -70,7 +71,7 @@ class OutcomeWriter:
                 "lease expires",
                 extra=self._extra(job),
             )
-            self._emit("abandoned", job, error=run.lost_reason)
+            self._report(run, "abandoned", error=run.lost_reason)
             return
         if run.lost_reason is not None or isinstance(exc, asyncio.CancelledError):
             reason = run.lost_reason or "handler cancelled"
@@ -78,7 +79,7 @@ class OutcomeWriter:
                 "job ownership lost; handler cancelled",
                 extra={**self._extra(job), "reason": reason},
             )
-            self._emit("ownership_lost", job, error=reason)
+            self._report(run, "ownership_lost", error=reason)
             return
         if exc is None:
             try:
@@ -127,10 +128,10 @@ class OutcomeWriter:
                 "job completed elsewhere or reaped before its completion; result discarded",
                 extra=self._extra(job),
             )
-            self._emit("ownership_lost", job, error=str(outcome))
+            self._report(run, "ownership_lost", error=str(outcome))
             return
         next_type = completion.continue_with.job.type_name if completion.continue_with else None
-        self._emit("completed", job, continued_with=next_type)
+        self._report(run, "completed", continued_with=next_type)
         if next_type is not None:
             self._continued(next_type)
 
@@ -162,7 +163,7 @@ class OutcomeWriter:
                 until=run.expires_at,
             )
         except JobOwnershipLostError as lost:
-            self._emit("ownership_lost", job, error=str(lost))
+            self._report(run, "ownership_lost", error=str(lost))
             return
         except Exception:
             logger.exception(
@@ -184,7 +185,7 @@ class OutcomeWriter:
                 exc_info=exc_info,
                 extra={**self._extra(job), "retry_at": outcome.retry_at},
             )
-            self._emit("retried", job, error=summary, retry_at=outcome.retry_at)
+            self._report(run, "retried", exc, error=summary, retry_at=outcome.retry_at)
         else:
             logger.error(
                 "job %s (%s) attempt %d failed; %s: %s",
@@ -196,7 +197,21 @@ class OutcomeWriter:
                 exc_info=exc_info,
                 extra=self._extra(job),
             )
-            self._emit("failed", job, error=summary)
+            self._report(run, "failed", exc, error=summary)
+
+    def _report(
+        self,
+        run: JobRun,
+        outcome: RunOutcome,
+        exc: BaseException | None = None,
+        *,
+        error: str | None = None,
+        **details: Any,
+    ) -> None:
+        """How ``run`` ended: to its trace (with the exception when there is one) and as
+        the worker's event."""
+        run.trace.outcome(outcome, exc if exc is not None else error)
+        self._emit(outcome, run.job, error=error, **details)
 
     def _retry_delay(self, job: Job) -> float | None:
         """``retry_backoff(attempt)`` when it gives a usable delay; otherwise (it raised,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from queuert_notify.instrumentation import NO_RUN_TRACE, RunTrace
 from queuert_notify.jobs import Job
 
 
@@ -53,6 +54,10 @@ class JobRun:
     than running the handler again after a reap."""
     checks: set[asyncio.Task[None]] = field(default_factory=set)
     """Ownership checks in flight (see ``LeaseKeeper.check_ownership``)."""
+    trace_context: str | None = None
+    """As stored with the job: the trace this run continues."""
+    trace: RunTrace = NO_RUN_TRACE
+    """What the active instrumentation observes of this run."""
 
     @property
     def in_handler(self) -> bool:

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from queuert_notify.errors import ConfigurationError, InvalidInputError
+from queuert_notify.instrumentation import NO_RUN_TRACE, RunTrace
 from state_adapters.protocol import ContinueWith, JobRecord, StateAdapter
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class JobContext:
         no_session_reason: str = "ctx.session is not available here",
         on_progress: Callable[[Any], None],
         on_lease_renewed: Callable[[datetime], None],
+        trace: RunTrace = NO_RUN_TRACE,
     ) -> None:
         self.job = job
         self.worker_id = worker_id
@@ -104,6 +106,7 @@ class JobContext:
         self._on_progress = on_progress
         self._on_lease_renewed = on_lease_renewed
         self._continuations: list[ContinueWith] = []
+        self._trace = trace
 
     @property
     def session(self) -> AsyncSession:
@@ -166,6 +169,8 @@ class JobContext:
                 max_attempts=self.job.max_attempts
                 if max_attempts is Inherit.CHAIN
                 else max_attempts,
+                # The next job's run continues this run's trace, in whatever process.
+                trace_context=self._trace.continuation_context(),
             )
         )
         self._continuations.append(continuation)

@@ -10,6 +10,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from queuert_notify import instrumentation
 from queuert_notify.client import CLOSE_FLUSH_LIMIT, DEFAULT_AWAIT_POLL_INTERVAL, ChainSpec
 from queuert_notify.errors import InvalidInputError, WaitChainTimeoutError
 from queuert_notify.sync_announcers import announcer_for
@@ -112,12 +113,16 @@ class SyncClient:
         self, specs: Sequence[ChainSpec], *, session: SyncSession = None
     ) -> list[StartedChain]:
         """Start several chains atomically (all or none), in order."""
-        chains = [spec.to_new_chain() for spec in specs]
-        return self._state.write(
-            session,
-            self._announcer,
-            lambda state, conn, notes: state.start_chains(chains, notes=notes, session=conn),
-        )
+        specs = list(specs)
+        with instrumentation.active().starting_chains(specs) as observed:
+            chains = [spec.to_new_chain(trace_context=observed.trace_context) for spec in specs]
+            started = self._state.write(
+                session,
+                self._announcer,
+                lambda state, conn, notes: state.start_chains(chains, notes=notes, session=conn),
+            )
+            observed.started(started)
+        return started
 
     def get_chain(self, chain_id: str, *, session: SyncSession = None) -> ChainRecord:
         """The chain as stored; raises ``ChainNotFoundError``."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack, suppress
 from typing import Any
 
+from queuert_notify import instrumentation
 from queuert_notify.claimer import Claimer
 from queuert_notify.client import CLOSE_FLUSH_LIMIT, Client
 from queuert_notify.errors import ConfigurationError
@@ -254,6 +255,9 @@ class Worker:
                 # Claims and completions on connections kept out of the pool while the
                 # worker runs (when the adapter keeps any).
                 await held.enter_async_context(self.client.state.holding_connections())
+                await held.enter_async_context(
+                    instrumentation.active().observing(self.client.state, self.type_names)
+                )
                 await self._subscriptions.open_or_poll(
                     required=self.client.require_notify, poll_interval=self.poll_interval
                 )
@@ -462,7 +466,12 @@ class Worker:
                 extra={"worker_id": self.worker_id, "job_id": record.id},
             )
             return
-        run = JobRun(Job.from_record(record), record.lease_token, record.leased_until)
+        run = JobRun(
+            Job.from_record(record),
+            record.lease_token,
+            record.leased_until,
+            trace_context=record.trace_context,
+        )
         self._leases.granted(run, claimed_at)
         self._slots.take(run)
         run.task = asyncio.create_task(self._execute(run), name=f"queuert-job-{record.id}")
@@ -475,6 +484,7 @@ class Worker:
 
     async def _execute(self, run: JobRun) -> None:
         job = run.job
+        run.trace = instrumentation.active().running(job, run.trace_context)
         ctx = JobContext(
             job,
             state=self.client.state,
@@ -485,18 +495,23 @@ class Worker:
             no_session_reason=self._no_session_reason,
             on_progress=lambda progress: self._emit("progress", job, progress=progress),
             on_lease_renewed=lambda until: self._leases.renewed(run, until),
+            trace=run.trace,
         )
         self._emit("started", job)
         unsubscribe: Unsubscribe | None = None
         try:
-            unsubscribe = await self._subscriptions.listen_for_ownership_loss(
-                job.id, lambda: self._leases.check_ownership(run), _job_extra(job, self.worker_id)
-            )
-            result, error = await run.run_handler(
-                lambda: self.registry.call(run.job, ctx), self.handler_timeout
-            )
-            assert self._outcomes is not None
-            await self._outcomes.finish(run, ctx, result, error)
+            with run.trace:
+                unsubscribe = await self._subscriptions.listen_for_ownership_loss(
+                    job.id,
+                    lambda: self._leases.check_ownership(run),
+                    _job_extra(job, self.worker_id),
+                )
+                result, error = await run.run_handler(
+                    run.trace.handling(lambda: self.registry.call(run.job, ctx)),
+                    self.handler_timeout,
+                )
+                assert self._outcomes is not None
+                await self._outcomes.finish(run, ctx, result, error)
         finally:
             await run.cancel_checks()
             if ctx.transaction is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from state_adapters import job_counts
 from state_adapters.chain_actions import read_chain
 from state_adapters.errors import InvalidInputError, JobNotFoundError
 from state_adapters.protocol import ALL_STATUSES, ChainRecord, JobRecord, JobStatus, Page
@@ -118,3 +119,11 @@ class ChainReads:
             for status, count in await conn.execute(*self._db.chains.count_jobs(types)):
                 counts[status] = int(count)
         return counts
+
+    async def count_active_jobs(self, type_names: Sequence[str]) -> Mapping[str, Mapping[str, int]]:
+        """Pending and running jobs per type (see :mod:`state_adapters.job_counts`)."""
+        types = check_type_names(type_names)
+        query = job_counts.count_active_jobs(self._db.chains.tables, types)
+        async with self._transactions.read(None) as conn:
+            rows = (await conn.execute(*query)).all()
+        return job_counts.active_counts(types, rows)

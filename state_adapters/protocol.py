@@ -323,6 +323,12 @@ class StateAdapter(Protocol):
         """Number of jobs per status (for the CLI and dashboards)."""
         ...
 
+    async def count_active_jobs(self, type_names: Sequence[str]) -> Mapping[str, Mapping[str, int]]:
+        """Type name -> ``{"pending": n, "running": m}`` for every type of ``type_names``
+        (zeros included); its cost follows the unfinished jobs, not the table (polled
+        for gauges while workers run)."""
+        ...
+
     # -- what a worker's loop uses ---------------------------------------------------
 
     @property
@@ -378,6 +384,18 @@ class StateAdapterBase:
 
     def holding_connections(self) -> AbstractAsyncContextManager[None]:
         return _nothing_held()
+
+    async def count_active_jobs(
+        self: StateAdapter, type_names: Sequence[str]
+    ) -> Mapping[str, Mapping[str, int]]:
+        # One count_jobs per type: correct on any adapter, though it may read every job
+        # of the type; adapters override it with a query that reads only unfinished ones.
+        from state_adapters.job_counts import from_status_counts
+
+        return {
+            name: from_status_counts(await self.count_jobs(type_names=[name]))
+            for name in type_names
+        }
 
     async def complete_and_acquire(
         self: StateAdapter,

@@ -73,3 +73,16 @@ class ListingCases:
             "completed": 1,
         }
         assert (await state.count_jobs(type_names=["b"]))["pending"] == 1
+
+    async def test_count_active_jobs_counts_pending_and_running_per_type(self, state: Any) -> None:
+        for _ in range(3):
+            await start(state, "a")
+        await start(state, "b")
+        await complete(state, await claim_one(state, ["a"]))
+        await claim_one(state, ["a"])
+        counts = await state.count_active_jobs(["a", "b", "c"])
+        assert {name: dict(by_status) for name, by_status in counts.items()} == {
+            "a": {"pending": 1, "running": 1},
+            "b": {"pending": 1, "running": 0},
+            "c": {"pending": 0, "running": 0},
+        }

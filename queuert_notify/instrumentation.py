@@ -11,9 +11,9 @@ its methods run on the client's and the worker's paths.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from queuert_notify.client import ChainSpec
     from queuert_notify.jobs import Job
     from state_adapters.protocol import StartedChain, StateAdapter
+
+T = TypeVar("T")
 
 RunOutcome = Literal["completed", "retried", "failed", "ownership_lost", "abandoned"]
 """How a run ended, as the worker's events name it (see ``queuert_notify.events``)."""
@@ -65,8 +67,13 @@ class RunTrace:
     ) -> None:
         return None
 
+    def handling(self, call: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """``call`` (the handler) as it is to run inside this trace."""
+        return call
+
     def outcome(self, outcome: RunOutcome, error: BaseException | str | None = None) -> None:
-        """How the run ended (reported at most once, before the context exits)."""
+        """How the run ended (reported at most once, before the context exits); ``error``:
+        the exception of a failed attempt, or why the run lost its job."""
 
     def continuation_context(self) -> str | None:
         """The trace context to store with a ``continue_with`` job made by this run."""

@@ -29,7 +29,7 @@ def count_active_jobs(tables: Tables, type_names: Sequence[str]) -> Query:
 
 
 def active_counts(
-    type_names: Sequence[str], rows: Iterable[tuple[str, str, int]]
+    type_names: Sequence[str], rows: Iterable[Sequence[Any]]
 ) -> dict[str, dict[str, int]]:
     """Type name -> ``{"pending": n, "running": m}`` for every type of ``type_names``
     (zeros included) from the rows of :func:`count_active_jobs`."""

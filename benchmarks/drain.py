@@ -15,6 +15,12 @@ Handlers do no work of their own. Modes:
 - ``atomic-session``: the handler runs a statement in ``ctx.session``, so each
   completion commits in the job's own transaction (what a handler that writes
   its own rows with its completion costs).
+
+``--instrumentation none,otel`` runs every variant also under
+``queuert_notify.otel.instrument()`` with the OpenTelemetry SDK (a batch span processor
+whose exporter drops the spans, and an in-memory metric reader): what tracing and
+metrics cost a worker, exporting aside. The chains are filled under the same setting,
+so each run continues a stored trace context.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import select
 
@@ -36,6 +44,7 @@ HELP = "jobs/s one worker (concurrency 10) drains a backlog of no-op jobs, atomi
 
 _FILL_BATCH = 1000
 _MODES: dict[str, WorkerMode] = {"atomic": "atomic", "staged": "staged", "atomic-session": "atomic"}
+_INSTRUMENTATIONS = ("none", "otel")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="claim from a freshly filled table without planner statistics (the worst case)",
     )
+    parser.add_argument(
+        "--instrumentation",
+        default="none",
+        help="comma-separated: none, otel (queuert_notify.otel.instrument() with the SDK, "
+        "spans dropped by the exporter)",
+    )
     stacks.add_stack_arguments(parser)
 
 
@@ -75,12 +90,50 @@ async def fill(stack: stacks.Stack, jobs: int, type_name: str = "bench-noop") ->
         await stack.client.start_chains([ChainSpec(type_name) for _ in range(count)])
 
 
+@contextmanager
+def _instrumented(instrumentation: str) -> Iterator[None]:
+    """``otel``: the queue reports to an OpenTelemetry SDK whose exporter drops spans."""
+    if instrumentation == "none":
+        yield
+        return
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    from queuert_notify.otel import instrument, uninstrument
+
+    class Dropped(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    try:
+        yield
+    finally:
+        uninstrument()
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+
 def _variant(
-    state_kind: str, notify_kind: str, mode: str, jobs: int, args: argparse.Namespace
+    state_kind: str,
+    notify_kind: str,
+    mode: str,
+    jobs: int,
+    instrumentation: str,
+    args: argparse.Namespace,
 ) -> runner.Variant:
     async def one_round() -> runner.Figures:
         # A session per handler (atomic-session), the worker's two connections, and two more.
         pool_size = args.concurrency + 4
+        with _instrumented(instrumentation):
+            return await measured_round(pool_size)
+
+    async def measured_round(pool_size: int) -> runner.Figures:
         async with stacks.open_stack(state_kind, notify_kind, args, pool_size=pool_size) as stack:
             await fill(stack, jobs)
             if args.analyze:
@@ -111,6 +164,8 @@ def _variant(
         return {"jobs/s": jobs / (last - started)}
 
     name = f"{stacks.label(state_kind, notify_kind)}, {mode}, {jobs:,} jobs"
+    if instrumentation != "none":
+        name += f", {instrumentation}"
     return runner.Variant(name, one_round)
 
 
@@ -119,12 +174,19 @@ async def run(args: argparse.Namespace) -> str:
     unknown = [mode for mode in modes if mode not in _MODES]
     if unknown:
         raise SystemExit(f"--modes: unknown {unknown}; choose from {', '.join(_MODES)}")
+    instrumentations = [name.strip() for name in args.instrumentation.split(",") if name.strip()]
+    unknown = [name for name in instrumentations if name not in _INSTRUMENTATIONS]
+    if unknown:
+        raise SystemExit(
+            f"--instrumentation: unknown {unknown}; choose from {', '.join(_INSTRUMENTATIONS)}"
+        )
     sizes = [int(size) for size in args.jobs.split(",")]
     variants = [
-        _variant(state, notify, mode, jobs, args)
+        _variant(state, notify, mode, jobs, instrumentation, args)
         for jobs in sizes
         for state, notify in stacks.combinations(args)
         for mode in modes
+        for instrumentation in instrumentations
     ]
     results = await runner.alternate(variants, args.rounds, warmup=0)
     rows = {variant.name: results.medians(variant.name) for variant in variants}

@@ -135,6 +135,26 @@ async def test_drain_reports_jobs_per_second_for_both_worker_modes(
     assert "| SQLite + in-process, atomic-session, 30 jobs |" in report
 
 
+async def test_drain_reports_jobs_per_second_with_and_without_opentelemetry(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "drain",
+            "--rounds=1",
+            "--jobs=30",
+            "--modes=staged",
+            "--instrumentation=none,otel",
+            "--state=sqlite",
+            "--notify=in-process",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    assert "| SQLite + in-process, staged, 30 jobs |" in report
+    assert "| SQLite + in-process, staged, 30 jobs, otel |" in report
+
+
 async def test_steady_state_reports_rates_latency_and_backlog(
     redis_url: str, postgres_url: str
 ) -> None:

@@ -277,6 +277,33 @@ async def test_a_job_run_by_a_worker_process_continues_the_producers_trace(
     assert run_next["attributes"]["queuert_notify.job.outcome"] == "completed"
 
 
+async def test_a_chain_started_by_a_sync_client_runs_in_the_trace_of_its_request(
+    client: Client, database_url: str, table_prefix: str, telemetry: Telemetry
+) -> None:
+    from sqlalchemy import create_engine
+
+    from queuert_notify import SyncClient
+
+    async def handled(job: Job, ctx: JobContext) -> Any:
+        return None
+
+    engine = create_engine(database_url.replace("+aiosqlite", ""))
+    try:
+        with telemetry.tracer.start_as_current_span("POST /legacy"):
+            await asyncio.to_thread(
+                lambda: SyncClient(engine, table_prefix=table_prefix).start_chain("handled")
+            )
+    finally:
+        engine.dispose()
+    assert await run_until_idle(client, {"handled": handled}) == 1
+
+    request, producer = telemetry.span("POST /legacy"), telemetry.span("start_chains handled")
+    run = telemetry.span("run handled")
+    assert _ids(producer)[2] == _ids(request)[1]
+    assert _ids(run)[2] == _ids(producer)[1]
+    assert _ids(run)[0] == _ids(request)[0]
+
+
 def _read_spans(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []

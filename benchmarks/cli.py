@@ -11,6 +11,7 @@ from types import ModuleType
 from benchmarks import (
     drain,
     herd,
+    instrumentation_cost,
     notify_overhead,
     redis_cost,
     start_throughput,
@@ -30,6 +31,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     redis_cost,
     notify_overhead,
     wake_hints,
+    instrumentation_cost,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

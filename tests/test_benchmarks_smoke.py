@@ -155,6 +155,14 @@ async def test_drain_reports_jobs_per_second_with_and_without_opentelemetry(
     assert "| SQLite + in-process, staged, 30 jobs, otel |" in report
 
 
+async def test_instrumentation_cost_reports_microseconds_per_run_for_every_variant() -> None:
+    report = await run_benchmark(["instrumentation-cost", "--rounds=1", "--runs=50"])
+
+    for variant in ("none", "otel-api", "otel-sdk-spans", "otel-sdk-metrics", "otel-sdk"):
+        assert f"| {variant} |" in report
+    assert "µs per run" in report and "µs per start_chains" in report
+
+
 async def test_steady_state_reports_rates_latency_and_backlog(
     redis_url: str, postgres_url: str
 ) -> None:

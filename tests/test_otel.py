@@ -187,6 +187,27 @@ async def test_a_retried_attempt_and_the_failed_last_one_are_error_spans_under_t
     )
 
 
+async def test_a_run_the_worker_abandons_on_a_forced_stop_ends_its_span_as_abandoned(
+    client: Client, telemetry: Telemetry
+) -> None:
+    started = asyncio.Event()
+
+    async def stuck(job: Job, ctx: JobContext) -> Any:
+        started.set()
+        await asyncio.Event().wait()
+
+    await client.start_chain("stuck")
+    worker = Worker(client, {"stuck": stuck})
+    async with worker:
+        await asyncio.wait_for(started.wait(), 10)
+        await worker.stop(force=True)
+
+    run = telemetry.span("run stuck")
+    assert (run.attributes or {}).get("queuert_notify.job.outcome") == "abandoned"
+    assert run.status.status_code is StatusCode.UNSET
+    assert run.end_time is not None
+
+
 @both_stacks
 async def test_metrics_count_runs_by_type_and_the_gauges_show_pending_and_running_jobs(
     client: Client, telemetry: Telemetry
@@ -302,6 +323,26 @@ async def test_a_chain_started_by_a_sync_client_runs_in_the_trace_of_its_request
     assert _ids(producer)[2] == _ids(request)[1]
     assert _ids(run)[2] == _ids(producer)[1]
     assert _ids(run)[0] == _ids(request)[0]
+
+
+@pytest.mark.parametrize("stored", [None, "not a carrier", '["a", "list"]'])
+async def test_a_job_stored_without_a_usable_trace_context_runs_in_a_trace_of_its_own(
+    client: Client, telemetry: Telemetry, stored: str | None
+) -> None:
+    from state_adapters.notifications import NotificationBuffer
+    from state_adapters.protocol import NewChain, NewJob
+
+    async def handled(job: Job, ctx: JobContext) -> Any:
+        return None
+
+    await client.state.start_chains(
+        [NewChain(NewJob("handled", trace_context=stored))], notes=NotificationBuffer()
+    )
+    assert await run_until_idle(client, {"handled": handled}) == 1
+
+    run = telemetry.span("run handled")
+    assert run.parent is None
+    assert (run.attributes or {}).get("queuert_notify.job.outcome") == "completed"
 
 
 def _read_spans(path: Path) -> list[dict[str, Any]]:

@@ -297,6 +297,7 @@ class _OtelRun(RunTrace):
         self._job = job
         self._trace_context = trace_context
         self._span: Span | None = None
+        self._parent: otel_context.Context | None = None
         self._outcome: RunOutcome | None = None
         self._started = 0.0
         self._type = {JOB_TYPE: job.type_name}
@@ -304,9 +305,10 @@ class _OtelRun(RunTrace):
     def __enter__(self) -> RunTrace:
         owner, job = self._owner, self._job
         self._started = time.perf_counter()
+        self._parent = owner.extract(self._trace_context)
         self._span = owner.tracer.start_span(
             f"run {job.type_name}",
-            context=owner.extract(self._trace_context),
+            context=self._parent,
             kind=SpanKind.CONSUMER,
             attributes={
                 SYSTEM: SCOPE,
@@ -326,12 +328,13 @@ class _OtelRun(RunTrace):
         return self
 
     def handling(self, call: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
-        span = self._span
+        span, parent = self._span, self._parent
 
         async def in_span() -> T:
             # Current in the handler's task (and the thread of a plain def, which gets a
-            # copy of this context): what the handler traces nests under the run.
-            token = otel_context.attach(trace.set_span_in_context(span)) if span else None
+            # copy of this context): what the handler traces nests under the run, and the
+            # producer's baggage is the handler's (and goes on to a continue_with job).
+            token = otel_context.attach(trace.set_span_in_context(span, parent)) if span else None
             try:
                 return await call()
             finally:

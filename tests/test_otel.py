@@ -146,6 +146,30 @@ async def test_a_chain_and_its_continuation_run_in_the_trace_of_the_request_that
     assert run_second.status.status_code is StatusCode.UNSET
 
 
+async def test_the_requests_baggage_reaches_the_handlers_of_the_chain(
+    client: Client, telemetry: Telemetry
+) -> None:
+    from opentelemetry import baggage, context
+
+    seen: list[object] = []
+
+    async def first(job: Job, ctx: JobContext) -> Any:
+        seen.append(baggage.get_baggage("tenant"))
+        return ctx.continue_with("second")
+
+    def second(job: Job, ctx: JobContext) -> Any:  # a plain def: runs in a thread
+        seen.append(baggage.get_baggage("tenant"))
+        return None
+
+    token = context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        await client.start_chain("first")
+    finally:
+        context.detach(token)
+    assert await run_until_idle(client, {"first": first, "second": second}) == 2
+    assert seen == ["acme", "acme"]
+
+
 async def test_a_retried_attempt_and_the_failed_last_one_are_error_spans_under_the_producer(
     client: Client, telemetry: Telemetry
 ) -> None:

@@ -10,9 +10,12 @@ database and no handler work, so the figures are the seam's own CPU time:
 - ``otel-api``: ``instrument()`` with the API's no-op providers (the extra installed, no
   SDK configured);
 - ``otel-sdk-spans`` / ``otel-sdk-metrics`` / ``otel-sdk``: the SDK with spans (a batch
-  processor whose exporter drops them), metrics (an in-memory reader), or both.
+  processor whose exporter drops them), metrics (an in-memory reader), or both;
+- ``otel-sdk-spans-unsampled``: SDK spans under ``ParentBased(TraceIdRatioBased(0.01))``
+  for jobs whose producer's span was not sampled (what sampling at the producer saves).
 
-The jobs carry a stored trace context, as jobs started by an instrumented producer do.
+The jobs carry a stored trace context, as jobs started by an instrumented producer do
+(sampled, except in ``otel-sdk-spans-unsampled``).
 """
 
 from __future__ import annotations
@@ -33,8 +36,16 @@ from state_adapters.protocol import StartedChain
 NAME = "instrumentation-cost"
 HELP = "µs per job run and per start_chains the instrumentation seam costs, with and without OTel"
 
-_VARIANTS = ("none", "otel-api", "otel-sdk-spans", "otel-sdk-metrics", "otel-sdk")
-_TRACE_CONTEXT = '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+_VARIANTS = (
+    "none",
+    "otel-api",
+    "otel-sdk-spans",
+    "otel-sdk-metrics",
+    "otel-sdk",
+    "otel-sdk-spans-unsampled",
+)
+_SAMPLED = '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+_UNSAMPLED = '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}'
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +69,7 @@ def _installed(variant: str) -> Iterator[None]:
     tracer_provider: TracerProvider = NoOpTracerProvider()
     meter_provider: MeterProvider = NoOpMeterProvider()
     closers: list[Callable[[], Any]] = []
-    if variant in ("otel-sdk-spans", "otel-sdk"):
+    if variant in ("otel-sdk-spans", "otel-sdk", "otel-sdk-spans-unsampled"):
         from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
         from opentelemetry.sdk.trace.export import (
             BatchSpanProcessor,
@@ -70,7 +81,12 @@ def _installed(variant: str) -> Iterator[None]:
             def export(self, spans: object) -> SpanExportResult:
                 return SpanExportResult.SUCCESS
 
-        sdk_tracer = SdkTracerProvider()
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+        sampled_out = variant == "otel-sdk-spans-unsampled"
+        sdk_tracer = SdkTracerProvider(
+            sampler=ParentBased(TraceIdRatioBased(0.01)) if sampled_out else None
+        )
         sdk_tracer.add_span_processor(BatchSpanProcessor(Dropped()))
         tracer_provider = sdk_tracer
         closers.append(sdk_tracer.shutdown)
@@ -99,12 +115,13 @@ def _variant(variant: str, runs: int) -> runner.Variant:
     job = Job("0" * 32, "0" * 32, 0, "bench", None, 1, 25, 0, now, now)
     spec = ChainSpec("bench")
     started = [StartedChain("0" * 32, "bench", deduplicated=False)]
+    stored = _UNSAMPLED if variant == "otel-sdk-spans-unsampled" else _SAMPLED
 
     async def one_round() -> runner.Figures:
         with _installed(variant):
             begin = time.perf_counter()
             for _ in range(runs):
-                trace = instrumentation.active().running(job, _TRACE_CONTEXT)
+                trace = instrumentation.active().running(job, stored)
                 with trace:
                     await trace.handling(_handler)()
                     trace.outcome("completed")

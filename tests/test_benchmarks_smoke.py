@@ -158,7 +158,14 @@ async def test_drain_reports_jobs_per_second_with_and_without_opentelemetry(
 async def test_instrumentation_cost_reports_microseconds_per_run_for_every_variant() -> None:
     report = await run_benchmark(["instrumentation-cost", "--rounds=1", "--runs=50"])
 
-    for variant in ("none", "otel-api", "otel-sdk-spans", "otel-sdk-metrics", "otel-sdk"):
+    for variant in (
+        "none",
+        "otel-api",
+        "otel-sdk-spans",
+        "otel-sdk-metrics",
+        "otel-sdk",
+        "otel-sdk-spans-unsampled",
+    ):
         assert f"| {variant} |" in report
     assert "µs per run" in report and "µs per start_chains" in report
 

@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from queuert_notify import InProcessNotifyAdapter, NoopNotifyAdapter, RedisNotifyAdapter
+from queuert_notify.notify.redis_lists import token_list_key
 from queuert_notify.notify.redis_shared import hint_key
 from queuert_notify.testing import NotifyAdapterConformance
 from queuert_notify.testing.notify_conformance import PoisonBudget
@@ -48,4 +49,37 @@ class TestRedisNotifyAdapter(NotifyAdapterConformance):
     @pytest.fixture
     async def peer_adapter(self, redis_url: str, prefix: str) -> AsyncIterator[RedisNotifyAdapter]:
         async with RedisNotifyAdapter(redis_url, prefix=prefix) as peer:
+            yield peer
+
+
+class TestRedisListsNotifyAdapter(NotifyAdapterConformance):
+    """``wake="lists"``: wakes are tokens, so one unit is one call of one listener."""
+
+    wake_per_unit = True
+
+    @pytest.fixture
+    async def adapter(self, redis_url: str, prefix: str) -> AsyncIterator[RedisNotifyAdapter]:
+        async with RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists") as adapter:
+            yield adapter
+        await delete_prefix(redis_url, prefix)
+
+    @pytest.fixture
+    async def poison_wake_budget(self, redis_url: str, prefix: str) -> AsyncIterator[PoisonBudget]:
+        client = Redis.from_url(redis_url)
+
+        async def poison(type_name: str, kind: str) -> None:
+            # A list is what a token list is: "list" stores another type (a hash) instead.
+            key = token_list_key(prefix, type_name)
+            await client.delete(key)
+            if kind == "text":
+                await client.set(key, "not-a-number")
+            else:
+                await client.hset(key, "token", "1")
+
+        yield poison
+        await client.aclose()
+
+    @pytest.fixture
+    async def peer_adapter(self, redis_url: str, prefix: str) -> AsyncIterator[RedisNotifyAdapter]:
+        async with RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists") as peer:
             yield peer

@@ -342,11 +342,15 @@ class RedisWakeLists:
             return
         self._stop.set()
         self._changed.set()
-        if self._client_id is not None:
-            # Ends a blocking move at once, as if it had timed out.
-            with suppress(Exception):
-                await self._commands.client_unblock(self._client_id)
-        _, pending = await asyncio.wait(tasks, timeout=_STOP_GRACE)
+        pending = set(tasks)
+        deadline = asyncio.get_running_loop().time() + _STOP_GRACE
+        while pending and asyncio.get_running_loop().time() < deadline:
+            if self._client_id is not None:
+                # Ends a blocking move at once, as if it had timed out; sent again in case
+                # the move reached the server after the first one.
+                with suppress(Exception):
+                    await self._commands.client_unblock(self._client_id)
+            _, pending = await asyncio.wait(pending, timeout=0.05)
         for task in pending:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -370,6 +374,8 @@ class RedisWakeLists:
                     if not stop.is_set():  # set before _changed: no wakeup is lost
                         await self._changed.wait()
                     continue
+                if stop.is_set():
+                    return
                 type_name = await self._move_one()
                 if type_name is not None:
                     await self._arrived(type_name)

@@ -18,6 +18,7 @@ from benchmarks import (
     sync_start,
     wake_hints,
     wake_latency,
+    wake_modes,
 )
 
 BENCHMARKS: tuple[ModuleType, ...] = (
@@ -30,6 +31,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     redis_cost,
     notify_overhead,
     wake_hints,
+    wake_modes,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

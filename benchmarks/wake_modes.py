@@ -36,8 +36,7 @@ from queuert_notify.client import ChainSpec, Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.redis import RedisNotifyAdapter, WakeMode
-from queuert_notify.notify.redis_lists import issued_key, token_list_key
-from queuert_notify.notify.redis_shared import hint_key
+from queuert_notify.notify.redis_shared import hint_key, issued_key, token_list_key
 from queuert_notify.worker import Worker
 
 NAME = "wake-modes"

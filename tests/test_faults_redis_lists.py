@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from queuert_notify import ChainSpec, Client, NoopNotifyAdapter, RedisNotifyAdapter, Worker
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.notify.redis_lists import consumers_key, processing_key, token_list_key
+from queuert_notify.notify.redis_shared import consumers_key, processing_key, token_list_key
 from tests.support.queue_helpers import CountingState, wait_until
 from tests.support.services import OwnServer
 from tests.support.worker_processes import WorkerProcesses
@@ -58,7 +58,7 @@ async def test_a_worker_killed_holding_a_token_gives_it_back_and_another_worker_
         first.send_signal(signal.SIGSTOP)
         async with RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists") as producer:
             await producer.provide_wake_hint("effect", 1)
-        held = processing_key(prefix, "effect", dead)
+        held = processing_key(prefix, "effect", str(dead))
         await wait_until(lambda: admin.llen(held), timeout=5)
         first.send_signal(signal.SIGKILL)
         first.wait(10)

@@ -9,8 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from queuert_notify import InProcessNotifyAdapter, NoopNotifyAdapter, RedisNotifyAdapter
-from queuert_notify.notify.redis_lists import token_list_key
-from queuert_notify.notify.redis_shared import hint_key
+from queuert_notify.notify.redis_shared import hint_key, token_list_key
 from queuert_notify.testing import NotifyAdapterConformance
 from queuert_notify.testing.notify_conformance import PoisonBudget
 from tests.support.redis_helpers import delete_prefix, poison_redis_budget

@@ -12,14 +12,14 @@ from redis.asyncio import Redis
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis_lists import (
-    TOKEN_CAP,
+from queuert_notify.notify.redis_lists import TOKEN_CAP
+from queuert_notify.notify.redis_shared import (
+    channel_name,
     consumers_key,
     issued_key,
     processing_key,
     token_list_key,
 )
-from queuert_notify.notify.redis_shared import channel_name
 from queuert_notify.testing import Recorder
 from tests.support.redis_helpers import delete_prefix
 
@@ -98,7 +98,7 @@ async def test_a_consumed_token_stays_in_the_processing_list_until_acknowledged(
     await producer.notify_jobs_scheduled({"t": 1})
     await heard.wait_for(1, within=5)
     (consumer,) = await redis.zrange(consumers_key(prefix, "t"), 0, -1)
-    processing = processing_key(prefix, "t", consumer)
+    processing = processing_key(prefix, "t", str(consumer))
 
     assert await worker.consume_wake_hint("t") is True
     assert await redis.llen(processing) == 1, "held until the claim is done"

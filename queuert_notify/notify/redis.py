@@ -24,13 +24,13 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from queuert_notify.errors import ConfigurationError, mask_url
+from queuert_notify.errors import ConfigurationError
 from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
 from queuert_notify.notify.payloads import (
@@ -45,6 +45,11 @@ from queuert_notify.notify.protocol import (
     TypeNameCallback,
     Unsubscribe,
 )
+from queuert_notify.notify.redis_connections import (
+    clients_for_caller,
+    clients_for_url,
+    copy_pool,
+)
 from queuert_notify.notify.redis_lists import (
     BLOCK_TIMEOUT,
     DEFAULT_CONSUMER_TIMEOUT,
@@ -55,7 +60,6 @@ from queuert_notify.notify.redis_shared import (
     NOTIFY_JOBS_SCHEDULED,
     PROVIDE_WAKE_HINT,
     channel_name,
-    connection_retry,
     hint_key,
 )
 from queuert_notify.notify.shared_listener import SharedListener
@@ -67,13 +71,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_SCHEMES = ("redis", "rediss", "unix")
 _PREFIX = re.compile(r"[A-Za-z0-9_.-]+")
 _READ_TIMEOUT = 1.0  # get_message wait; > 0 so an idle reader sleeps instead of spinning
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
-_SUBSCRIBER_HEALTH_CHECK = 30  # seconds; PING an idle subscriber so a dead socket is noticed
-# Connection settings a pool injects into its own connections; a copied pool makes its own.
-_POOL_INTERNAL_KWARGS = ("himport_registry", "event_dispatcher", "redis_connect_func")
 WakeMode = Literal["pubsub", "lists"]
 
 
@@ -304,7 +304,7 @@ class RedisServerTransport(ChannelNotifyAdapter):
         close_timeout: float,
     ) -> None:
         address, self._commands, subscriber_pool = (
-            _clients_for_url(url) if url is not None else _clients_for_caller(client)
+            clients_for_url(url) if url is not None else clients_for_caller(client)
         )
         super().__init__(
             prefix=prefix,
@@ -329,7 +329,7 @@ class RedisServerTransport(ChannelNotifyAdapter):
     def wake_lists(self, consumer_timeout: float) -> RedisWakeLists:
         """Lists mode on this server: the command client, plus a blocking client of its
         own (one connection, never shared with commands or the subscriber)."""
-        pool = _copy_pool(self._commands.connection_pool)
+        pool = copy_pool(self._commands.connection_pool)
         # A blocking move waits BLOCK_TIMEOUT on the server; the socket must wait longer.
         pool.connection_kwargs.update(socket_timeout=BLOCK_TIMEOUT + 5.0)
         return RedisWakeLists(
@@ -530,54 +530,3 @@ class RedisServerTransport(ChannelNotifyAdapter):
         await self._subscriber.aclose()
         if self._owns_commands:
             await self._commands.aclose()
-
-
-def _clients_for_url(url: str) -> tuple[str, Redis, ConnectionPool]:
-    """The (password-masked) address of ``url``, the command client and the subscriber
-    pool the adapter opens (and closes) itself."""
-    address = mask_url(url)
-    scheme = url.partition("://")[0].lower() if "://" in url else ""
-    if scheme not in _SCHEMES:
-        raise ConfigurationError(
-            f"unsupported Redis URL {address!r}: the scheme must be redis://, rediss:// or unix://"
-        )
-    try:
-        commands = Redis.from_url(url, retry=connection_retry())
-        subscriber_pool = ConnectionPool.from_url(
-            url, retry=connection_retry(), health_check_interval=_SUBSCRIBER_HEALTH_CHECK
-        )
-    except ValueError as exc:
-        raise ConfigurationError(f"invalid Redis URL {address!r}: {exc}") from exc
-    return address, commands, subscriber_pool
-
-
-def _clients_for_caller(client: object) -> tuple[str, Redis, ConnectionPool]:
-    """A caller-owned client's address, the client itself (never closed by the adapter)
-    and a subscriber pool of the adapter's own reaching the same server."""
-    if not isinstance(client, Redis):
-        raise ConfigurationError(
-            f"client must be a redis.asyncio.Redis (or, for Redis Cluster, a "
-            f"redis.asyncio.cluster.RedisCluster), not {type(client).__name__}"
-        )
-    return _describe_pool(client.connection_pool), client, _copy_pool(client.connection_pool)
-
-
-def _copy_pool(pool: ConnectionPool) -> ConnectionPool:
-    """A new pool reaching the same server as ``pool`` with the same credentials and
-    TLS settings, returning raw bytes (payloads are decoded and checked here)."""
-    kwargs = {
-        key: value
-        for key, value in pool.connection_kwargs.items()
-        if key not in _POOL_INTERNAL_KWARGS and "maint" not in key and not key.startswith("orig_")
-    }
-    kwargs.update(decode_responses=False, health_check_interval=_SUBSCRIBER_HEALTH_CHECK)
-    return ConnectionPool(connection_class=pool.connection_class, **kwargs)
-
-
-def _describe_pool(pool: ConnectionPool) -> str:
-    """Where ``pool`` connects, for error messages (never the password)."""
-    kwargs = pool.connection_kwargs
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}"
-    host, port, db = kwargs.get("host", "localhost"), kwargs.get("port", 6379), kwargs.get("db", 0)
-    return f"redis://{host}:{port}/{db}"

@@ -7,13 +7,15 @@ from redis import Redis
 
 from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis_lists import (
+from queuert_notify.notify.redis_lists import TOKEN_CAP
+from queuert_notify.notify.redis_shared import (
+    NOTIFY_JOBS_SCHEDULED,
     PUSH_WAKE_TOKENS,
-    TOKEN_CAP,
+    channel_name,
+    hint_key,
     issued_key,
     token_list_key,
 )
-from queuert_notify.notify.redis_shared import NOTIFY_JOBS_SCHEDULED, channel_name, hint_key
 from state_adapters.notifications import NotificationBuffer
 
 _TIMEOUT = 2.0

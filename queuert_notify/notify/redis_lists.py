@@ -43,7 +43,6 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
-from importlib.resources import files
 
 from redis.asyncio import Redis
 
@@ -53,6 +52,16 @@ from queuert_notify.notify.protocol import (
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
+)
+from queuert_notify.notify.redis_shared import (
+    PUSH_WAKE_TOKENS,
+    RETURN_WAKE_TOKENS,
+    TAKE_WAKE_TOKEN,
+    WAKE_HEARTBEAT,
+    consumers_key,
+    issued_key,
+    processing_key,
+    token_list_key,
 )
 from queuert_notify.notify.shared_listener import SharedListener
 from state_adapters.backoff import Backoff
@@ -71,37 +80,6 @@ _TOKEN = "1"
 _IN_FLIGHT_WAIT = 1.0  # seconds consume waits for a token its own blocking move took
 _STOP_GRACE = 2.0  # seconds the loops get to stop before they are cancelled
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
-
-
-def _lua(name: str) -> str:
-    return (files("queuert_notify.notify") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
-
-
-PUSH_WAKE_TOKENS = _lua("push_wake_tokens")
-TAKE_WAKE_TOKEN = _lua("take_wake_token")
-WAKE_HEARTBEAT = _lua("wake_heartbeat")
-RETURN_WAKE_TOKENS = _lua("return_wake_tokens")
-
-
-# Wire names of lists mode live in these functions only.
-def token_list_key(prefix: str, type_name: str) -> str:
-    """The list of wake tokens of ``type_name``."""
-    return f"{prefix}:wake:{type_name}"
-
-
-def issued_key(prefix: str, type_name: str) -> str:
-    """The marker saying tokens of ``type_name`` were issued lately (or overflowed)."""
-    return f"{prefix}:wake:{type_name}:issued"
-
-
-def processing_key(prefix: str, type_name: str, consumer: str) -> str:
-    """The tokens of ``type_name`` that ``consumer`` moved and has not acknowledged."""
-    return f"{prefix}:wake:{type_name}:proc:{consumer}"
-
-
-def consumers_key(prefix: str, type_name: str) -> str:
-    """The consumers of ``type_name`` scored by the time until which they are alive."""
-    return f"{prefix}:wake:{type_name}:consumers"
 
 
 class RedisWakeLists:
@@ -436,8 +414,9 @@ class RedisWakeLists:
         self._listener.dispatch(type_name, type_name, type_name)
 
     async def _sync(self) -> None:
-        """Learn the blocking connection's id, re-register on every type and adopt tokens in our processing lists that we
-        do not know of (moved while a blocking command was being cancelled)."""
+        """Learn the blocking connection's id, re-register on every type and adopt
+        tokens in our processing lists we do not know of (moved while a blocking
+        command was being interrupted)."""
         types = list(self._types)
         if not types:
             return

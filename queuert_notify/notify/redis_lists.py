@@ -175,8 +175,9 @@ class RedisWakeLists:
         code, moved = (int(n) for n in await self._take(keys=keys, args=[HINT_TTL_SECONDS]))
         if code == 2:
             self._granted[key] += 1
-        elif code == 0 and moved > self._held[key] + self._granted[key]:
-            # Our blocking move took the last token a moment ago; its reply is on its way.
+        elif code == 0 and (self._held[key] > 0 or moved > self._held[key] + self._granted[key]):
+            # Our blocking move took the last token a moment ago: it arrived during
+            # this round trip, or its reply is on its way.
             return await self._in_flight(key)
         return code > 0
 

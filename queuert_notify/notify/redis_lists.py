@@ -197,9 +197,12 @@ class RedisWakeLists:
     async def acknowledge_wakes(self, callback: TypeNameCallback, free_slots: int) -> None:
         """Remove every granted token from the processing lists (the claim they woke is
         done) and record that ``callback``'s listener has ``free_slots`` free."""
-        await self._ready()
         if callback in self._registered:
+            # Recorded first: the blocking loop follows the worker's slots even while
+            # Redis is unreachable.
             self._free[callback] = max(free_slots, 0)
+        self._changed.set()
+        await self._ready()
         granted, self._granted = self._granted, Counter()
         if granted:
             async with self._commands.pipeline(transaction=False) as pipe:
@@ -207,7 +210,6 @@ class RedisWakeLists:
                     pipe.lrem(processing_key(self._prefix, type_name, self.consumer), count, _TOKEN)
                 await pipe.execute()
         await self._return_surplus()
-        self._changed.set()
 
     # -- listening -------------------------------------------------------------------
 

@@ -25,6 +25,10 @@ class WakeSubscriptions:
     trying with backoff and calls ``on_reconnect`` once it succeeds (jobs may have been
     announced meanwhile); until then :attr:`listening` is False and per-job
     ownership listening is skipped (lease renewal fences the run all the same).
+
+    After every claim pass :meth:`claimed` tells the adapter the wakes it granted are
+    used and how many slots are free (``acknowledge_wakes``: durable wake tokens are
+    acknowledged, and no more are taken than the worker has slots for).
     """
 
     def __init__(

@@ -18,8 +18,13 @@ _RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
 
 
 class WakeSubscriptions:
-    """Job-scheduled notifications for the worker's types, ``on_reconnect``, and the
-    ownership-lost channel, subscribed once and kept until :meth:`close`.
+    """Job-scheduled notifications for the worker's types and ``on_reconnect``,
+    subscribed once and kept until :meth:`close`; per-job ownership listening.
+
+    Each run listens for its job's ownership loss (:meth:`listen_for_ownership_loss`)
+    and leaves when it ends. That costs no transport round trip per run: the adapters
+    whose one ownership-lost channel carries every job keep it subscribed once it was
+    listened to (``ChannelNotifyAdapter.listen_job_ownership_lost``).
 
     When the notify adapter does not answer at :meth:`open`, :meth:`open_later` keeps
     trying with backoff and calls ``on_reconnect`` once it succeeds (jobs may have been
@@ -62,9 +67,6 @@ class WakeSubscriptions:
         try:
             held.append(await notify.listen_job_scheduled(self._type_names, self._on_scheduled))
             held.append(notify.on_reconnect(self._on_reconnect))
-            # Keeps the ownership-lost channel subscribed for the worker's lifetime, so
-            # registering each running job costs no round trip to the transport.
-            held.append(await notify.listen_job_ownership_lost(f"{self._worker_id}:idle", _ignore))
         except BaseException:
             for unsubscribe in held:
                 with suppress(Exception):
@@ -151,7 +153,3 @@ class WakeSubscriptions:
             )
             self._on_reconnect()
             return
-
-
-def _ignore() -> None:
-    return None

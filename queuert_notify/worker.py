@@ -395,9 +395,10 @@ class Worker:
     # -- the loop --------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        """Wait for a reason to claim, claim what the free slots take, start a run per
-        job; until a stop is requested. A failed pass is retried after a backoff; a
-        ConfigurationError (the tables are gone) stops the worker."""
+        """Until a stop is requested: claim what the free slots take and start a run per
+        job, then wait for a reason to claim again (a hint, a reconnect, a freed slot, a
+        timer). A failed pass is retried after a backoff; a ConfigurationError (the
+        tables are gone) stops the worker."""
         errors = Backoff(_ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX)
         while not self._shutdown.requested:
             # Cleared before claiming, so a reason arriving meanwhile is kept.

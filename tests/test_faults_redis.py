@@ -8,10 +8,12 @@ from redis.asyncio import Redis
 
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES
-from queuert_notify.notify.redis_shared import channel_name
+from queuert_notify.notify.redis_shared import RETRY_ATTEMPTS, channel_name
 from queuert_notify.testing import Recorder
+from tests.support.backoff_checks import assert_backoff_grows
 from tests.support.redis_helpers import delete_prefix, wait_for_subscribers
 from tests.support.services import OwnServer
+from tests.support.tcp_proxy import TcpProxy
 
 
 async def test_after_a_server_restart_the_subscriber_resubscribes_and_fires_on_reconnect(
@@ -42,6 +44,33 @@ async def test_after_a_server_restart_the_subscriber_resubscribes_and_fires_on_r
         await completed.wait_for(1, within=5.0)
         assert await adapter.consume_wake_hint("t") is True
         assert await adapter.consume_wake_hint("t") is False
+
+
+async def test_while_redis_resets_every_connection_the_subscriber_waits_longer_each_time(
+    redis_url: str, prefix: str
+) -> None:
+    proxy = await TcpProxy.in_front_of(redis_url)
+    try:
+        async with RedisNotifyAdapter(proxy.url(redis_url), prefix=prefix) as adapter:
+            reconnects, rec = Recorder(), Recorder()
+            adapter.on_reconnect(reconnects)
+            await adapter.listen_chain_completed("c", rec)
+
+            proxy.mode = "reset"
+            await asyncio.sleep(5.5)
+            # Each round of the reader's loop is one connect that redis-py itself retries
+            # RETRY_ATTEMPTS times; between rounds the shared Backoff (50 ms doubling to
+            # 2 s) waits ever longer.
+            assert_backoff_grows(proxy.reset_times, per_round=RETRY_ATTEMPTS + 1)
+            assert len(reconnects.calls) == 1, "one signal per outage, not per attempt"
+
+            proxy.mode = "forward"
+            await reconnects.wait_for(2, within=10.0)
+            await adapter.notify_chain_completed("c")
+            await rec.wait_for(1, within=5.0)
+    finally:
+        await proxy.close()
+        await delete_prefix(redis_url, prefix)
 
 
 async def test_malformed_payloads_from_strangers_are_ignored_and_counted(

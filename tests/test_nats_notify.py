@@ -28,11 +28,6 @@ async def bucket(nats_url: str, prefix: str) -> AsyncIterator[str]:
     await delete_nats_bucket(nats_url, default_bucket(prefix))
 
 
-# nats-server 2.9.10 (this CI's) now and then never delivers the first message another
-# connection publishes right after a subscription was confirmed (docs/reliability.md,
-# reproduced with bare nats-py). A lost hint costs latency in the product; here it would
-# fail a delivery assertion, so a failed case is run again, at most twice.
-@pytest.mark.flaky(reruns=2)
 class TestNatsNotifyAdapter(NotifyAdapterConformance):
     @pytest.fixture
     async def adapter(
@@ -45,6 +40,20 @@ class TestNatsNotifyAdapter(NotifyAdapterConformance):
     async def peer_adapter(self, nats_url: str, prefix: str) -> AsyncIterator[NatsNotifyAdapter]:
         async with NatsNotifyAdapter(nats_url, prefix=prefix) as peer:
             yield peer
+
+    # The one case run again when it fails. nats-server 2.9.10 (this CI's) now and then
+    # drops the first message another connection publishes right after a subscription
+    # was confirmed (docs/reliability.md); the adapter's second PING round trip after
+    # each SUBSCRIBE took that from 8 in 1,500 to none in 1,500 with bare nats-py, but the
+    # cause is the server's and not understood. This case is the most exposed: it
+    # subscribes one subject four times and needs the message after the last.
+    @pytest.mark.flaky(reruns=2)
+    async def test_resubscribing_after_the_last_listener_left_hears_again(
+        self, adapter: NatsNotifyAdapter, peer_adapter: NatsNotifyAdapter
+    ) -> None:
+        await super().test_resubscribing_after_the_last_listener_left_hears_again(
+            adapter, peer_adapter
+        )
 
 
 async def test_a_budget_of_three_wakes_exactly_three_of_six_racing_processes(

@@ -11,8 +11,13 @@ from redis.asyncio import Redis
 from queuert_notify import InProcessNotifyAdapter, NoopNotifyAdapter, RedisNotifyAdapter
 from queuert_notify.notify.redis_shared import hint_key, token_list_key
 from queuert_notify.testing import NotifyAdapterConformance
-from queuert_notify.testing.notify_conformance import PoisonBudget
-from tests.support.redis_helpers import delete_prefix, poison_redis_budget
+from queuert_notify.testing.notify_conformance import ForceReconnect, PoisonBudget
+from tests.support.redis_helpers import (
+    delete_prefix,
+    kill_subscribers,
+    named,
+    poison_redis_budget,
+)
 
 
 class TestInProcessNotifyAdapter(NotifyAdapterConformance):
@@ -35,9 +40,14 @@ class TestNoopNotifyAdapter(NotifyAdapterConformance):
 class TestRedisNotifyAdapter(NotifyAdapterConformance):
     @pytest.fixture
     async def adapter(self, redis_url: str, prefix: str) -> AsyncIterator[RedisNotifyAdapter]:
-        async with RedisNotifyAdapter(redis_url, prefix=prefix) as adapter:
+        # Named connections: force_reconnect finds this adapter's subscriber by its name.
+        async with RedisNotifyAdapter(named(redis_url, prefix), prefix=prefix) as adapter:
             yield adapter
         await delete_prefix(redis_url, prefix)
+
+    @pytest.fixture
+    async def force_reconnect(self, redis_url: str, prefix: str) -> AsyncIterator[ForceReconnect]:
+        yield partial(kill_subscribers, redis_url, prefix)
 
     @pytest.fixture
     async def poison_wake_budget(self, redis_url: str, prefix: str) -> AsyncIterator[PoisonBudget]:
@@ -58,9 +68,17 @@ class TestRedisListsNotifyAdapter(NotifyAdapterConformance):
 
     @pytest.fixture
     async def adapter(self, redis_url: str, prefix: str) -> AsyncIterator[RedisNotifyAdapter]:
-        async with RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists") as adapter:
+        # Named connections: force_reconnect finds this adapter's subscriber by its name.
+        url = named(redis_url, prefix)
+        async with RedisNotifyAdapter(url, prefix=prefix, wake="lists") as adapter:
             yield adapter
         await delete_prefix(redis_url, prefix)
+
+    @pytest.fixture
+    async def force_reconnect(self, redis_url: str, prefix: str) -> AsyncIterator[ForceReconnect]:
+        # The reconnect cases listen on Pub/Sub channels (chain completed), which lists
+        # mode keeps; a Redis restart in test_faults_redis_lists drops the blocking one.
+        yield partial(kill_subscribers, redis_url, prefix)
 
     @pytest.fixture
     async def poison_wake_budget(self, redis_url: str, prefix: str) -> AsyncIterator[PoisonBudget]:

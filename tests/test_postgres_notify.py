@@ -16,6 +16,7 @@ from sqlalchemy.pool import QueuePool
 from queuert_notify import ConfigurationError, InvalidInputError, PostgresNotifyAdapter
 from queuert_notify.notify.postgres import MAX_PAYLOAD_BYTES, channel_name
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
+from queuert_notify.testing.notify_conformance import ForceReconnect
 
 
 def libpq_dsn(postgres_url: str) -> str:
@@ -51,6 +52,21 @@ class TestPostgresNotifyAdapter(NotifyAdapterConformance):
         async with PostgresNotifyAdapter(postgres_url, prefix=prefix) as peer:
             yield peer
 
+    @pytest.fixture
+    async def force_reconnect(
+        self, postgres_url: str, prefix: str
+    ) -> AsyncIterator[ForceReconnect]:
+        async def terminate_listener() -> None:
+            pids = await listener_backends(postgres_url, prefix)
+            assert pids, "the adapter has no LISTEN connection to lose"
+            async with await psycopg.AsyncConnection.connect(
+                libpq_dsn(postgres_url), autocommit=True
+            ) as admin:
+                for pid in pids:
+                    await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+        yield terminate_listener
+
 
 async def test_one_listen_connection_serves_every_listener_and_closes_with_the_last(
     postgres_url: str, prefix: str
@@ -61,7 +77,7 @@ async def test_one_listen_connection_serves_every_listener_and_closes_with_the_l
             await adapter.listen_job_scheduled(["a", "b"], Recorder()),
             await adapter.listen_job_scheduled(["a"], Recorder()),
             await adapter.listen_chain_completed("c", Recorder()),
-            await adapter.listen_job_ownership_lost("j", Recorder()),
+            await adapter.listen_chain_completed("d", Recorder()),
         ]
         assert len(await listener_backends(postgres_url, prefix)) == 1
         for unsubscribe in unsubscribes[:-1]:
@@ -74,6 +90,24 @@ async def test_one_listen_connection_serves_every_listener_and_closes_with_the_l
         await adapter.listen_chain_completed("again", rec)
         await adapter.notify_chain_completed("again")
         await rec.wait_for(1, within=5.0)
+
+
+async def test_the_ownership_lost_channel_stays_listened_until_close(
+    postgres_url: str, prefix: str
+) -> None:
+    """A worker listens for each run's ownership loss and leaves when the run ends: the
+    channel is LISTENed once, not once per run, and keeps the connection open."""
+    async with PostgresNotifyAdapter(postgres_url, prefix=prefix) as adapter:
+        for job in ("j1", "j2", "j3"):
+            unsubscribe = await adapter.listen_job_ownership_lost(job, Recorder())
+            await unsubscribe()
+        assert len(await listener_backends(postgres_url, prefix)) == 1, "kept with no listener"
+
+        rec = Recorder()
+        await adapter.listen_job_ownership_lost("j4", rec)
+        await adapter.notify_job_ownership_lost("j4")
+        await rec.wait_for(1, within=5.0)
+    assert await listener_backends(postgres_url, prefix) == [], "closed with the adapter"
 
 
 async def test_concurrent_listens_share_one_subscription(postgres_url: str, prefix: str) -> None:

@@ -22,7 +22,7 @@ from queuert_notify import ConfigurationError, RedisNotifyAdapter
 from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES
 from queuert_notify.notify.redis_cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
-from queuert_notify.testing.notify_conformance import PoisonBudget
+from queuert_notify.testing.notify_conformance import ForceReconnect, PoisonBudget
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_helpers import poison_redis_budget
 from tests.support.services import free_port
@@ -68,6 +68,13 @@ class TestRedisClusterNotifyAdapter(NotifyAdapterConformance):
         client = RedisCluster.from_url(cluster.url)
         yield partial(poison_redis_budget, client, lambda t: cluster_hint_key(prefix, t))
         await client.aclose()
+
+    @pytest.fixture
+    async def force_reconnect(self, cluster: LocalRedisCluster) -> AsyncIterator[ForceReconnect]:
+        async def kill_subscribers() -> None:
+            assert await asyncio.to_thread(cluster.kill_shard_subscribers) > 0
+
+        yield kill_subscribers
 
     @pytest.fixture
     async def peer_adapter(

@@ -13,7 +13,7 @@ from queuert_notify import NotifyAdapterClosedError, RedisNotifyAdapter, Unsubsc
 from queuert_notify.notify.redis_shared import channel_name
 from queuert_notify.notify.shared_listener import ANY_PAYLOAD, SharedListener
 from queuert_notify.testing import Recorder
-from tests.support.redis_helpers import delete_prefix
+from tests.support.redis_helpers import delete_prefix, named
 
 
 class CountingTransport:
@@ -159,10 +159,102 @@ async def test_dispose_unsubscribes_everything_and_cancels_running_callbacks(
         await listener.add("ch", ["a"], Recorder())
 
 
+async def test_a_kept_channel_stays_subscribed_while_callbacks_come_and_go(
+    listener: SharedListener, transport: CountingTransport
+) -> None:
+    await listener.keep_subscribed("ch")
+    await listener.keep_subscribed("ch")
+    assert transport.calls == [("subscribe", "ch")], "subscribed at once, once"
+    assert listener.channels == ["ch"], "re-subscribed after a reconnect like any other"
+
+    for key in ("a", "b", "c"):
+        unsubscribe = await listener.add("ch", [key], Recorder())
+        await unsubscribe()
+    assert transport.calls == [("subscribe", "ch")], "no round trip per callback"
+    assert transport.live == {"ch": 1}
+    assert listener.dispatch("ch", "a") == 0, "nobody left to call"
+
+    rec = Recorder()
+    await listener.add("ch", ["a"], rec)
+    assert listener.dispatch("ch", "a", "arg") == 1
+    assert rec.calls == [("arg",)]
+
+
+async def test_keeping_a_channel_that_has_callbacks_keeps_it_after_the_last_leaves(
+    listener: SharedListener, transport: CountingTransport
+) -> None:
+    unsubscribe = await listener.add("ch", ["a"], Recorder())
+    await listener.keep_subscribed("ch")
+    await unsubscribe()
+    assert transport.calls == [("subscribe", "ch")]
+    assert transport.live == {"ch": 1}
+
+
+async def test_concurrent_keeps_and_adds_open_one_subscription(
+    listener: SharedListener, transport: CountingTransport
+) -> None:
+    await asyncio.gather(
+        *(listener.keep_subscribed("ch") for _ in range(20)),
+        *(listener.add("ch", [str(i)], Recorder()) for i in range(20)),
+    )
+    assert transport.calls == [("subscribe", "ch")]
+
+
+async def test_a_failed_keep_leaves_nothing_subscribed_and_can_be_tried_again(
+    listener: SharedListener, transport: CountingTransport
+) -> None:
+    transport.fail_subscribe = True
+    with pytest.raises(ConnectionError):
+        await listener.keep_subscribed("ch")
+    assert listener.channels == []
+
+    transport.fail_subscribe = False
+    await listener.keep_subscribed("ch")
+    assert transport.live == {"ch": 1}
+
+
+async def test_dispose_unsubscribes_a_kept_channel_and_later_keeps_raise(
+    transport: CountingTransport,
+) -> None:
+    listener = SharedListener(transport.subscribe, transport.unsubscribe)
+    await listener.keep_subscribed("ch")
+    await listener.dispose()
+    assert transport.live == {"ch": 0}
+    with pytest.raises(NotifyAdapterClosedError):
+        await listener.keep_subscribed("ch")
+
+
+async def test_a_worker_pattern_on_redis_subscribes_the_ownership_channel_once(
+    redis_url: str, prefix: str
+) -> None:
+    """Each run listens for its job's ownership loss and leaves: the channel stays
+    subscribed (the server's own count) with no run left, until close()."""
+    owls = channel_name(prefix, "owls")
+    observer = Redis.from_url(redis_url)
+    try:
+        async with RedisNotifyAdapter(named(redis_url, prefix), prefix=prefix) as adapter:
+            for job in range(5):
+                unsubscribe = await adapter.listen_job_ownership_lost(f"j{job}", Recorder())
+                await unsubscribe()
+            assert dict(await observer.pubsub_numsub(owls)) == {owls.encode(): 1}
+            clients = await observer.client_list(_type="pubsub")
+            [subscriber] = [c for c in clients if c["name"] == prefix]
+            assert subscriber["sub"] == "1", "the adapter's subscriber holds that channel only"
+
+            rec = Recorder()
+            await adapter.listen_job_ownership_lost("j9", rec)
+            await adapter.notify_job_ownership_lost("j9")
+            await rec.wait_for(1, within=5.0)
+        assert dict(await observer.pubsub_numsub(owls)) == {owls.encode(): 0}
+    finally:
+        await observer.aclose()
+
+
 async def test_1000_concurrent_subscribes_and_unsubscribes_leave_one_redis_subscription_or_none(
     redis_url: str, prefix: str
 ) -> None:
-    """PUBSUB NUMSUB is the server's own count: never 2 (a double), never 1 with no listener."""
+    """PUBSUB NUMSUB is the server's own count: never 2 (a double), never 1 with no listener
+    (but for the ownership-lost channel, kept once listened until close)."""
     rng = random.Random(7)
     channels = [channel_name(prefix, kind) for kind in ("sched", "chainc", "owls")]
     observer = Redis.from_url(redis_url)
@@ -190,13 +282,16 @@ async def test_1000_concurrent_subscribes_and_unsubscribes_leave_one_redis_subsc
 
             counts = dict(await observer.pubsub_numsub(*channels))
             expected = {c.encode(): 0 for c in channels}
+            expected[channels[2].encode()] = 1
             if kept:
                 expected[channels[1].encode()] = 1
             assert counts == expected
 
             await asyncio.gather(*(unsubscribe() for unsubscribe in kept))
             counts = dict(await observer.pubsub_numsub(*channels))
-            assert counts == {c.encode(): 0 for c in channels}
+            assert counts == {c.encode(): int(c == channels[2]) for c in channels}
+        counts = dict(await observer.pubsub_numsub(*channels))
+        assert counts == {c.encode(): 0 for c in channels}, "close() drops the kept channel"
     finally:
         await observer.aclose()
         await delete_prefix(redis_url, prefix)

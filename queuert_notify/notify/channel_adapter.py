@@ -32,7 +32,10 @@ class ChannelNotifyAdapter(ConnectOnEnter):
     - Every ``notify_*`` checks its payload before anything is sent, then makes
       one :meth:`_publish` call; every ``listen_*`` connects first (lazily) and
       registers on the one :class:`SharedListener`, so a channel is subscribed
-      once however many listeners share it.
+      once however many listeners share it. A channel is unsubscribed when its last
+      listener leaves, except the one ownership-lost channel shared by every job
+      (all but Redis Cluster's per-job channels): once listened, it stays subscribed
+      until ``close()``, because a worker listens on it for every run it starts.
     - The channel of a message is :meth:`_channel` of its kind's base name
       (``_sched``, ``_chainc``, ``_owls``, from ``channel_name(prefix, kind)``)
       and the value; a channel carries type names exactly when its name starts
@@ -132,7 +135,13 @@ class ChannelNotifyAdapter(ConnectOnEnter):
 
     async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
         await self._ready()
-        return await self._listener.add(self._channel(self._owls, job_id), [job_id], callback)
+        channel = self._channel(self._owls, job_id)
+        if channel == self._owls:
+            # One channel carries every job's loss, and a worker listens on it for each
+            # run it starts and leaves when the run ends: kept subscribed once listened,
+            # a run costs no SUBSCRIBE/UNSUBSCRIBE round trip (nor needs the server).
+            await self._listener.keep_subscribed(channel)
+        return await self._listener.add(channel, [job_id], callback)
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
         """Run ``callback`` whenever the subscription was lost or restored: messages

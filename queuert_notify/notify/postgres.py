@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.ext.asyncio import AsyncConnection as SaAsyncConnection
@@ -33,23 +32,14 @@ from queuert_notify.errors import ConfigurationError
 from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
 from queuert_notify.notify.payloads import check_count, encode_payload
+from queuert_notify.notify.postgres_listener import ListenConnection
 from queuert_notify.notify.shared_listener import SharedListener
-from state_adapters.backoff import Backoff
 from state_adapters.notifications import NotificationBuffer
 
 logger = logging.getLogger(__name__)
 
 _PREFIX = re.compile(r"[A-Za-z0-9_.-]+")
 _MAX_CHANNEL_BYTES = 63  # NAMEDATALEN - 1: longer LISTEN names are truncated, pg_notify refuses
-_BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
-# TCP keepalives on the LISTEN connection so a silently dropped peer is noticed
-# within about a minute (an idle listener sends nothing that could fail).
-_LISTENER_KEEPALIVES = {
-    "keepalives": "1",
-    "keepalives_idle": "30",
-    "keepalives_interval": "10",
-    "keepalives_count": "3",
-}
 
 # One statement for any number of notifications: one round trip.
 _NOTIFY_ONE = "SELECT pg_notify(%s, %s)"
@@ -79,8 +69,10 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
       the engine's pool.
     - One dedicated LISTEN connection per adapter, shared by every listener:
       opened on the first ``listen_*`` call, closed when the last listener
-      leaves. A listener registered by an awaited ``listen_*`` call hears
-      every later notification (the call returns after LISTEN ran).
+      leaves (the ownership-lost channel, once listened, stays LISTENed until
+      ``close()``: a worker listens on it for every run). A listener registered
+      by an awaited ``listen_*`` call hears every later notification (the call
+      returns after LISTEN ran).
     - Publishing uses ``pg_notify`` on a second connection (autocommit);
       ``notify_jobs_scheduled`` is one statement, one round trip.
       :meth:`notify_in_transaction` publishes inside the caller's transaction
@@ -93,7 +85,8 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
       (:mod:`~queuert_notify.notify.payloads`).
     - When the LISTEN connection is lost (server restart, terminated backend),
       it reconnects with backoff, LISTENs every live channel again, then runs
-      the ``on_reconnect`` callbacks: notifications may have been missed.
+      the ``on_reconnect`` callbacks: notifications may have been missed
+      (:class:`~queuert_notify.notify.postgres_listener.ListenConnection`).
     - ``close()`` is idempotent, bounded by ``close_timeout``, and leaves no
       task running; afterwards calls raise ``NotifyAdapterClosedError``.
 
@@ -132,11 +125,15 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
         self._close_timeout = close_timeout
         self._publisher: psycopg.AsyncConnection[Any] | None = None
         self._publisher_lock = asyncio.Lock()
-        # The LISTEN connection and its reader; changed only under _listen_lock.
-        self._listen_conn: psycopg.AsyncConnection[Any] | None = None
-        self._listen_lock = asyncio.Lock()
-        self._reader: asyncio.Task[None] | None = None
-        self._recovery: asyncio.Task[None] | None = None
+        self._listening = ListenConnection(
+            open_connection=self._open_connection,
+            live_channels=lambda: self._listener.channels,
+            deliver=self._deliver,
+            on_restored=self._fire_reconnect,
+            check_open=self._check_open,
+            log=self._log,
+            name=f"queuert-notify postgres {prefix}",
+        )
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -170,11 +167,7 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
         self._closed = True
         try:
             async with asyncio.timeout(self._close_timeout):
-                if self._recovery is not None:
-                    self._recovery.cancel()
-                    await asyncio.gather(self._recovery, return_exceptions=True)
-                async with self._listen_lock:
-                    await self._release_listen_connection()
+                await self._listening.close()
                 await self._listener.dispose()
                 self._reconnect_callbacks.clear()
                 async with self._publisher_lock:
@@ -313,126 +306,13 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
                 self._publisher = conn
             return conn
 
-    # -- listening -------------------------------------------------------------
+    # -- listening (the LISTEN connection is postgres_listener.ListenConnection) --
 
     async def _subscribe(self, channel: str) -> None:
-        """LISTEN on the shared connection (opening it first if needed); returns after
-        Postgres ran it, so no later notification is missed."""
-        async with self._listen_lock:
-            self._check_open()
-            conn = self._listen_conn
-            if conn is None or conn.closed or conn.broken:
-                # Lazily opened, or lost and not yet restored: (re)open now.
-                conn = await self._open_listen_connection()
-            await self._run_with_reader_paused(conn, _listen(channel))
+        await self._listening.listen(channel)
 
     async def _unsubscribe(self, channel: str) -> None:
-        if self._closed:
-            # close() drops the connection, and with it every LISTEN.
-            return
-        async with self._listen_lock:
-            conn = self._listen_conn
-            if conn is None or conn.closed or conn.broken:
-                return  # a restored connection LISTENs only live channels
-            if not self._listener.channels:
-                # The last listener left: release the connection.
-                await self._release_listen_connection()
-                return
-            await self._run_with_reader_paused(conn, _unlisten(channel))
-
-    async def _open_listen_connection(self) -> psycopg.AsyncConnection[Any]:
-        """Replace the LISTEN connection with a new one that LISTENs every live channel
-        and has a reader. Called with _listen_lock held."""
-        await self._release_listen_connection()
-        conn = await self._open_connection("listener", _LISTENER_KEEPALIVES)
-        try:
-            for channel in self._listener.channels:
-                await conn.execute(_listen(channel))
-        except BaseException:
-            await conn.close()
-            raise
-        self._listen_conn = conn
-        self._start_reader(conn)
-        return conn
-
-    async def _release_listen_connection(self) -> None:
-        """Stop the reader and close the LISTEN connection. Called with _listen_lock held."""
-        await self._stop_reader()
-        conn, self._listen_conn = self._listen_conn, None
-        if conn is not None:
-            await conn.close()
-
-    async def _run_with_reader_paused(
-        self, conn: psycopg.AsyncConnection[Any], statement: sql.Composed
-    ) -> None:
-        # The reader holds the connection's lock while it waits for notifications;
-        # stopping it is the only way to run a statement. Notifications that arrive
-        # meanwhile are kept by psycopg and handed to the next reader.
-        await self._stop_reader()
-        try:
-            await conn.execute(statement)
-        finally:
-            # Also on failure: a reader on a broken connection notices at once and
-            # starts the recovery.
-            self._start_reader(conn)
-
-    def _start_reader(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self._reader = asyncio.create_task(
-            self._read(conn), name=f"queuert-notify postgres reader {self._prefix}"
-        )
-
-    async def _stop_reader(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None and reader is not asyncio.current_task():
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-
-    async def _read(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Deliver notifications until cancelled; on a lost connection, start the recovery."""
-        try:
-            async for notify in conn.notifies():
-                self._deliver(notify.channel, notify.payload)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if self._closed:
-                return
-            logger.warning(
-                "postgres listener lost its connection; reconnecting",
-                extra={**self._log, "error": str(exc).strip()},
-            )
-            if self._recovery is None or self._recovery.done():
-                self._recovery = asyncio.create_task(
-                    self._recover(), name=f"queuert-notify postgres recovery {self._prefix}"
-                )
-
-    async def _recover(self) -> None:
-        """Reopen the LISTEN connection with jittered backoff, re-LISTEN every live
-        channel, then run the ``on_reconnect`` callbacks."""
-        backoff = Backoff(_BACKOFF_FIRST, _BACKOFF_MAX)
-        while True:
-            # The lock is held per attempt only, so listen_* calls are not stuck
-            # behind an outage (they try to reconnect themselves, or fail).
-            async with self._listen_lock:
-                if self._closed:
-                    return
-                if not self._listener.channels:
-                    await self._release_listen_connection()
-                    return  # nobody listens any more: nothing to restore
-                conn = self._listen_conn
-                if conn is not None and not conn.closed and not conn.broken:
-                    break  # a listen_* call restored it meanwhile
-                try:
-                    await self._open_listen_connection()
-                    break
-                except (psycopg.Error, OSError, TimeoutError) as exc:
-                    logger.debug(
-                        "postgres listener reconnect failed",
-                        extra={**self._log, "error": str(exc).strip()},
-                    )
-            await backoff.sleep()
-        logger.info("postgres listener restored", extra=self._log)
-        self._fire_reconnect()
+        await self._listening.unlisten(channel)
 
     # -- helpers -----------------------------------------------------------------
 
@@ -456,14 +336,6 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
     @property
     def _log(self) -> dict[str, str]:
         return {"address": self._address, "prefix": self._prefix}
-
-
-def _listen(channel: str) -> sql.Composed:
-    return sql.SQL("LISTEN {}").format(sql.Identifier(channel))
-
-
-def _unlisten(channel: str) -> sql.Composed:
-    return sql.SQL("UNLISTEN {}").format(sql.Identifier(channel))
 
 
 def _conninfo(dsn_or_engine: object) -> str:

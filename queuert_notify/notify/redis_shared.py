@@ -8,7 +8,9 @@ from importlib.resources import files
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
-_RETRY_ATTEMPTS = 3  # a connection gone stale (e.g. server restart) is replaced, not fatal
+RETRY_ATTEMPTS = 3
+"""Retries of a failed connect or command on a connection the adapter opened: a
+connection gone stale (e.g. a server restart) is replaced, not fatal."""
 
 
 def lua_script(name: str) -> str:
@@ -70,4 +72,4 @@ def consumers_key(prefix: str, type_name: str) -> str:
 
 def connection_retry() -> Retry:
     """Retry policy of the connections the adapter opens (from_url pools retry nothing)."""
-    return Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), _RETRY_ATTEMPTS)
+    return Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), RETRY_ATTEMPTS)

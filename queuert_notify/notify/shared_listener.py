@@ -21,10 +21,12 @@ class SharedListener:
     """Routes payloads of transport channels to registered callbacks.
 
     Invariants: a channel is subscribed on the transport while at least one
-    callback is registered on it and unsubscribed when the last one leaves;
-    ``add``/unsubscribe/``dispose`` serialize on one ``asyncio.Lock`` so
-    concurrent callers never leak or double a subscription; ``dispatch``
-    finds a payload's callbacks in O(1) and isolates their exceptions.
+    callback is registered on it and unsubscribed when the last one leaves, unless
+    it is kept (:meth:`keep_subscribed`: subscribed until :meth:`dispose`, with or
+    without callbacks); ``add``/unsubscribe/``keep_subscribed``/``dispose``
+    serialize on one ``asyncio.Lock`` so concurrent callers never leak or double a
+    subscription; ``dispatch`` finds a payload's callbacks in O(1) and isolates
+    their exceptions.
     """
 
     def __init__(
@@ -37,13 +39,28 @@ class SharedListener:
         self._lock = asyncio.Lock()
         # channel -> payload key (None = every payload) -> registration -> callback
         self._routes: dict[str, dict[str | None, dict[_Registration, Callable[..., object]]]] = {}
+        self._kept: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._disposed = False
 
     @property
     def channels(self) -> list[str]:
-        """Channels that currently have at least one callback (to re-subscribe)."""
+        """Channels subscribed now, for having a callback or being kept (to re-subscribe)."""
         return list(self._routes)
+
+    async def keep_subscribed(self, channel: str) -> None:
+        """Subscribe ``channel`` if it is not yet, and keep it subscribed until
+        :meth:`dispose` even when no callback is left: callbacks that come and go on it
+        then cost no transport round trip. Idempotent."""
+        if channel in self._kept:
+            return
+        async with self._lock:
+            if self._disposed:
+                raise NotifyAdapterClosedError("the notify adapter is closed; create a new one")
+            if channel not in self._routes:
+                await self._subscribe(channel)
+                self._routes[channel] = {}
+            self._kept.add(channel)
 
     async def add(
         self,
@@ -79,7 +96,7 @@ class SharedListener:
                     callbacks.pop(registration, None)
                     if not callbacks:
                         del routes[key]
-            if not routes:
+            if not routes and channel not in self._kept:
                 del self._routes[channel]
                 if not self._disposed:
                     try:
@@ -131,6 +148,7 @@ class SharedListener:
             if self._disposed:
                 return
             self._disposed = True
+            self._kept.clear()
             channels, self._routes = list(self._routes), {}
             for channel in channels:
                 try:

@@ -251,6 +251,18 @@ class LocalRedisCluster:
 
     # -- faults ------------------------------------------------------------------
 
+    def kill_shard_subscribers(self) -> int:
+        """CLIENT KILL every connection subscribed to a shard channel, on every master
+        (the servers stay up); returns how many. The cluster is this module's own."""
+        killed = 0
+        for port in self.masters():
+            with self.node(port).client() as client:
+                for entry in client.client_list():
+                    if int(entry.get("ssub", 0)) > 0:
+                        client.client_kill_filter(_id=entry["id"])
+                        killed += 1
+        return killed
+
     def kill(self, port: int) -> None:
         """SIGKILL node ``port`` (the cluster notices within about ``NODE_TIMEOUT_MS``)."""
         self.node(port).kill()

@@ -45,3 +45,22 @@ async def poison_redis_budget(
         await client.set(key, "not-a-number")
     else:
         await client.rpush(key, "1", "2")
+
+
+def named(url: str, client_name: str) -> str:
+    """``url`` asking every connection opened from it to call itself ``client_name``
+    (CLIENT SETNAME), so a test can find them in CLIENT LIST on a shared server."""
+    return f"{url}{'&' if '?' in url else '?'}client_name={client_name}"
+
+
+async def kill_subscribers(url: str, client_name: str) -> None:
+    """CLIENT KILL every subscriber connection named ``client_name`` (see :func:`named`);
+    the server stays up and nobody else's connection is touched."""
+    admin = Redis.from_url(url)
+    try:
+        mine = [c for c in await admin.client_list(_type="pubsub") if c["name"] == client_name]
+        assert mine, f"no subscriber connection named {client_name!r}"
+        for client in mine:
+            await admin.client_kill_filter(_id=client["id"])
+    finally:
+        await admin.aclose()

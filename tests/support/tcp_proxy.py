@@ -16,8 +16,8 @@ class TcpProxy:
 
     - :meth:`refuse`: stops listening and drops every open link, so connecting fails
       with "connection refused" (a server down or restarting) until :meth:`restore`;
-    - ``mode = "reset"``: accepts and closes at once (counted in ``reset``), as a server
-      that is going away does;
+    - ``mode = "reset"``: accepts and closes at once (counted in ``reset``, timed in
+      ``reset_times``), as a server that is going away does;
     - ``mode = "blackhole"``: accepts and forwards nothing either way, and open links
       go silent too (a hung server or a partitioned network).
     """
@@ -31,6 +31,7 @@ class TcpProxy:
         self._flowing.set()
         self._mode: Mode = "forward"
         self.reset = 0
+        self.reset_times: list[float] = []  # loop.time() of each connection reset
         self.port = 0
 
     @classmethod
@@ -97,6 +98,7 @@ class TcpProxy:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._mode == "reset":
             self.reset += 1
+            self.reset_times.append(asyncio.get_running_loop().time())
             writer.close()
             return
         self._links.add(writer)

@@ -26,6 +26,23 @@ CONSUMER_TIMEOUT = 3.0
 """Of the killed worker: long enough for the live one to start and go idle first."""
 
 
+class _ClaimPassSeen:
+    """The real state adapter, noting when a claim pass (``acquire``) has returned."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.claimed = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def acquire(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self._inner.acquire(*args, **kwargs)
+        finally:
+            self.claimed.set()
+
+
 async def _blocked_on(redis: Redis, key: str) -> bool:
     """Whether some client is blocked in a move from ``key`` right now."""
     clients = await redis.client_list()
@@ -67,13 +84,14 @@ async def test_a_worker_killed_holding_a_token_gives_it_back_and_another_worker_
         # A live worker (60 s poll) makes its start-up claim and goes idle; then a job
         # appears with no wakeup of its own: only the dead worker's token can wake it.
         notify = RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists", consumer_timeout=1)
+        watched = _ClaimPassSeen(state)
         done = asyncio.Event()
 
         async def effect(job: Job, ctx: JobContext) -> None:
             done.set()
 
         async with (
-            Client(state=state, notify=notify) as client,
+            Client(state=watched, notify=notify) as client,
             Client(state=state, notify=NoopNotifyAdapter()) as silent,
             Worker(client, {"effect": effect}, concurrency=1, poll_interval=60) as worker,
         ):
@@ -82,6 +100,8 @@ async def test_a_worker_killed_holding_a_token_gives_it_back_and_another_worker_
                 return await admin.zcard(consumers_key(prefix, "effect")) == 2
 
             await wait_until(two_consumers)
+            # Its start-up claim is over: it cannot find the job below by itself.
+            await asyncio.wait_for(watched.claimed.wait(), timeout=10)
             started = time.perf_counter()
             await silent.start_chain("effect")
             assert await admin.llen(held) == 1, "the dead worker's token was returned too early"

@@ -19,6 +19,7 @@ from benchmarks import (
     sync_start,
     wake_hints,
     wake_latency,
+    wake_modes,
 )
 
 BENCHMARKS: tuple[ModuleType, ...] = (
@@ -32,6 +33,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     notify_overhead,
     wake_hints,
     instrumentation_cost,
+    wake_modes,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

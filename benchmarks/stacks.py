@@ -25,7 +25,7 @@ from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter
 
 STATE_KINDS = ("postgres", "sqlite")
-NOTIFY_KINDS = ("noop", "in-process", "redis", "postgres", "nats")
+NOTIFY_KINDS = ("noop", "in-process", "redis", "redis-lists", "postgres", "nats")
 DEFAULT_NOTIFY_KINDS = ("noop", "in-process", "redis")
 SHARED_NOTIFY_KINDS = ("noop", "in-process", "postgres")
 """Adapters every node of a stack shares: in-memory ones reach only their own
@@ -38,6 +38,7 @@ _NOTIFY_LABELS = {
     "noop": "noop",
     "in-process": "in-process",
     "redis": "Redis",
+    "redis-lists": "Redis lists",
     "postgres": "Postgres NOTIFY",
     "nats": "NATS",
 }
@@ -82,7 +83,7 @@ async def server_notes(args: argparse.Namespace) -> str:
         notes.append(f"Postgres {await services.postgres_server_version(args.postgres_url)}")
     if any(state == "sqlite" for state, _ in combos):
         notes.append(f"SQLite {sqlite3.sqlite_version} (WAL)")
-    if any(notify == "redis" for _, notify in combos):
+    if any(notify in ("redis", "redis-lists") for _, notify in combos):
         notes.append(f"Redis {await services.redis_server_version(args.redis_url)}")
     if any(notify == "nats" for _, notify in combos):
         notes.append(f"NATS {await services.nats_server_version(args.nats_url)}")
@@ -208,7 +209,7 @@ async def open_stack(
             exits.push_async_callback(_drop_tables, engine, table_prefix)
         state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
         await state.migrate()
-        if notify_kind == "redis":
+        if notify_kind in ("redis", "redis-lists"):
             exits.push_async_callback(services.delete_redis_prefix, args.redis_url, prefix)
         if notify_kind == "nats":
             from queuert_notify.notify.nats import default_bucket
@@ -232,6 +233,10 @@ def _notify(kind: str, args: argparse.Namespace, prefix: str) -> NotifyAdapter:
         from queuert_notify.notify.redis import RedisNotifyAdapter
 
         return RedisNotifyAdapter(url=args.redis_url, prefix=prefix)
+    if kind == "redis-lists":
+        from queuert_notify.notify.redis import RedisNotifyAdapter
+
+        return RedisNotifyAdapter(url=args.redis_url, prefix=prefix, wake="lists")
     if kind == "postgres":
         from queuert_notify.notify.postgres import PostgresNotifyAdapter
 

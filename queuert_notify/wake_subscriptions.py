@@ -30,6 +30,10 @@ class WakeSubscriptions:
     trying with backoff and calls ``on_reconnect`` once it succeeds (jobs may have been
     announced meanwhile); until then :attr:`listening` is False and per-job
     ownership listening is skipped (lease renewal fences the run all the same).
+
+    After every claim pass :meth:`claimed` tells the adapter the wakes it granted are
+    used and how many slots are free (``acknowledge_wakes``: durable wake tokens are
+    acknowledged, and no more are taken than the worker has slots for).
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class WakeSubscriptions:
         self._held: list[Unsubscribe] = []
         self._retrying: asyncio.Task[None] | None = None
         self._owls_outage = OutageLog(logger, "listening for ownership loss")
+        self._ack_outage = OutageLog(logger, "acknowledging wakes")
 
     @property
     def listening(self) -> bool:
@@ -87,6 +92,19 @@ class WakeSubscriptions:
                 extra={"worker_id": self._worker_id},
             )
             self.open_later()
+
+    async def claimed(self, free_slots: int) -> None:
+        """After a claim pass: the wakes consumed for it are used (durable adapters
+        acknowledge them) and ``free_slots`` slots are free. A failure is logged; an
+        unacknowledged wake costs at most one empty claim elsewhere."""
+        if not self.listening:
+            return
+        try:
+            await self._notify.acknowledge_wakes(self._on_scheduled, free_slots)
+        except Exception:
+            self._ack_outage.failed("a lost acknowledgement costs one empty claim")
+        else:
+            self._ack_outage.succeeded()
 
     def open_later(self) -> None:
         """Keep trying :meth:`open` in the background until it succeeds."""

@@ -445,6 +445,7 @@ class Worker:
         for record in records:
             self._start(record, claimed_at)
         self._policy.claimed((r.type_name for r in records), len(records), free)
+        await self._subscriptions.claimed(self._slots.free())
         if len(records) < free:
             return await self._policy.idle_timeout(acquired=bool(records), claimed=claim)
         return None

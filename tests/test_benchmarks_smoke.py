@@ -277,3 +277,23 @@ async def test_redis_cost_counts_round_trips_on_a_private_server(postgres_url: s
     assert "| caller tx, 3 start_chain calls of 3 types |" in report
     assert "commands executed" in report
     assert "sent EVALSHA x1; executed EVALSHA x1" in report
+
+
+async def test_wake_modes_reports_pubsub_and_lists_side_by_side(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "wake-modes",
+            "--rounds=1",
+            "--samples=3",
+            "--workers=3",
+            "--jobs=6",
+            "--restart-chains=2",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    assert "(wake='pubsub')" in report and "(wake='lists')" in report
+    for figure in ("wake p99 ms", "claims per job", "wakeups lost", "connections", "bytes"):
+        assert figure in report

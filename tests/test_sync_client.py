@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from queuert_notify import (
     ChainNotFoundError,
+    ChainSpec,
     Client,
     ConfigurationError,
     InProcessNotifyAdapter,
@@ -87,6 +88,29 @@ def test_a_rolled_back_session_leaves_no_job_and_no_wakeup(
     for gone in (dropped.id, in_savepoint.id):
         with pytest.raises(ChainNotFoundError):
             SyncClient(sync_engine, table_prefix=table_prefix).get_chain(gone)
+
+
+@pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
+def test_a_sync_client_of_a_lists_adapter_pushes_wake_tokens_after_commit(
+    sync_engine: Engine, redis_url: str, prefix: str, sched_messages: Any, table_prefix: str
+) -> None:
+    notify = RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists")
+    tokens = redis.Redis.from_url(redis_url)
+    try:
+        with SyncClient(sync_engine, notify=notify, table_prefix=table_prefix) as client:
+            with Session(sync_engine) as session, session.begin():
+                client.start_chains([ChainSpec("send-email")] * 3, session=session)
+            with Session(sync_engine) as session:
+                session.begin()
+                client.start_chain("send-email", session=session)
+                session.rollback()
+            deadline = time.monotonic() + 5
+            while tokens.llen(f"{prefix}:wake:send-email") < 3 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert tokens.llen(f"{prefix}:wake:send-email") == 3, "one token per committed job"
+        assert _received(sched_messages, within=0.2) == [], "nothing is published"
+    finally:
+        tokens.close()
 
 
 @BOTH

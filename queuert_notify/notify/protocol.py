@@ -38,6 +38,11 @@ class ConnectOnEnter(ABC):
         await self.connect()
         return self
 
+    async def acknowledge_wakes(self, callback: TypeNameCallback, free_slots: int) -> None:
+        """Nothing to acknowledge: wakes of this transport are not durable (see
+        :meth:`NotifyAdapter.acknowledge_wakes`)."""
+        return None
+
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
@@ -80,6 +85,15 @@ class NotifyAdapter(Protocol):
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
         """``provide_wake_hint`` + ``notify_job_scheduled`` for every type, in
         as few round trips as the transport allows."""
+        ...
+
+    async def acknowledge_wakes(self, callback: TypeNameCallback, free_slots: int) -> None:
+        """Called by a worker after each claim pass with the ``callback`` it gave
+        ``listen_job_scheduled``: every wake it consumed since the last call is used
+        (an adapter with durable wakes, like ``RedisNotifyAdapter(wake="lists")``,
+        acknowledges them now; until then a crash gives them back), and that listener
+        has ``free_slots`` free (such an adapter takes no more wakes for it than that).
+        Adapters whose wakes are fire-and-forget do nothing (``ConnectOnEnter``)."""
         ...
 
     async def notify_chain_completed(self, chain_id: str) -> None: ...

@@ -10,13 +10,19 @@ chain completed       channel ``{prefix}:chainc`` the chain id
 ownership lost        channel ``{prefix}:owls``   the job id
 wake budget           key ``{prefix}:hint:{t}``   integer, TTL 60 s
 ====================  ==========================  ===========================
+
+With ``wake="lists"`` jobs-scheduled wakeups and budgets are durable tokens on lists
+instead (:mod:`~queuert_notify.notify.redis_lists` has that layout); chain-completed
+and ownership-lost stay on the channels above.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -29,13 +35,21 @@ from queuert_notify.notify.protocol import (
     TypeNameCallback,
     Unsubscribe,
 )
+from queuert_notify.notify.redis_lists import DEFAULT_CONSUMER_TIMEOUT, RedisWakeLists
 from queuert_notify.notify.redis_server import RedisServerTransport
-from queuert_notify.notify.redis_transport import RedisTransport, RedisTransportFactory
+from queuert_notify.notify.redis_transport import (
+    RedisTransport,
+    RedisTransportFactory,
+    RedisWakes,
+)
 
 if TYPE_CHECKING:
     from queuert_notify.notify.redis_blocking import RedisBlockingPublisher
 
+logger = logging.getLogger(__name__)
+
 _PREFIX = re.compile(r"[A-Za-z0-9_.-]+")
+WakeMode = Literal["pubsub", "lists"]
 
 
 class RedisNotifyAdapter(ConnectOnEnter):
@@ -75,6 +89,12 @@ class RedisNotifyAdapter(ConnectOnEnter):
     ``redis.asyncio.cluster.RedisCluster`` as ``client``), to
     :class:`~queuert_notify.notify.redis_cluster.RedisClusterTransport`
     (sharded Pub/Sub, hash-tagged keys; its docstring has the wire layout).
+
+    ``wake="lists"`` (single server) turns job-scheduled wakeups into durable tokens
+    on Redis lists (:class:`~queuert_notify.notify.redis_lists.RedisWakeLists`): one
+    token wakes one listening worker, a worker killed holding one gives it back within
+    ``consumer_timeout`` seconds, and ``acknowledge_wakes`` removes it after the claim.
+    Every producer and worker of a prefix must use the same mode.
     """
 
     def __init__(
@@ -84,9 +104,26 @@ class RedisNotifyAdapter(ConnectOnEnter):
         client: Redis | RedisCluster | None = None,
         prefix: str = "queuert",
         cluster: bool = False,
+        wake: WakeMode = "pubsub",
         connect_timeout: float = 5.0,
         close_timeout: float = 5.0,
+        consumer_timeout: float = DEFAULT_CONSUMER_TIMEOUT,
     ) -> None:
+        if wake not in ("pubsub", "lists"):
+            raise ConfigurationError(
+                f"RedisNotifyAdapter(wake={wake!r}) is not a wake mode: use 'pubsub' "
+                "(Pub/Sub + wake-hint budget) or 'lists' (durable tokens on Redis lists)"
+            )
+        if not (isinstance(consumer_timeout, int | float) and consumer_timeout > 0):
+            raise ConfigurationError(
+                f"consumer_timeout must be a positive number of seconds, got {consumer_timeout!r}"
+            )
+        if wake == "lists" and (cluster or isinstance(client, RedisCluster)):
+            raise ConfigurationError(
+                "RedisNotifyAdapter(wake='lists') runs on a single Redis server (or a "
+                "replica set behind one address), not yet on Redis Cluster: use "
+                "wake='pubsub' with cluster=True"
+            )
         if (url is None) == (client is None):
             raise ConfigurationError(
                 "RedisNotifyAdapter needs exactly one of url='redis://host:6379/0' "
@@ -111,6 +148,15 @@ class RedisNotifyAdapter(ConnectOnEnter):
             connect_timeout=connect_timeout,
             close_timeout=close_timeout,
         )
+        self.wake: WakeMode = wake
+        self._close_timeout = close_timeout
+        self._lists: RedisWakeLists | None = None
+        # Job-scheduled wakes (and their budgets) go to the transport, or in lists mode
+        # to the token lists; mypy checks both against RedisWakes.
+        self._wakes: RedisWakes = self._transport
+        if wake == "lists" and isinstance(self._transport, RedisServerTransport):
+            self._lists = self._transport.wake_lists(consumer_timeout)
+            self._wakes = self._lists
 
     @property
     def ignored_messages(self) -> int:
@@ -138,7 +184,7 @@ class RedisNotifyAdapter(ConnectOnEnter):
                 "SyncClient needs a RedisNotifyAdapter built with url=...: a caller's "
                 "redis.asyncio client belongs to its event loop"
             )
-        return RedisBlockingPublisher(self._url, self.prefix)
+        return RedisBlockingPublisher(self._url, self.prefix, lists=self.wake == "lists")
 
     async def connect(self) -> None:
         """Load the scripts and open the subscriber; idempotent.
@@ -149,16 +195,29 @@ class RedisNotifyAdapter(ConnectOnEnter):
         await self._transport.connect()
 
     async def close(self) -> None:
-        """Stop the reader, drop every listener, close what the adapter opened; idempotent."""
+        """Stop the reader, drop every listener, close what the adapter opened; idempotent.
+        In lists mode the tokens this consumer holds go back to their lists first."""
+        if self._lists is not None:
+            try:
+                async with asyncio.timeout(self._close_timeout):
+                    await self._lists.close()
+            except TimeoutError:
+                logger.warning("redis wake lists close timed out", extra={"prefix": self.prefix})
         await self._transport.close()
 
     async def notify_job_scheduled(self, type_name: str) -> None:
-        await self._transport.notify_job_scheduled(type_name)
+        await self._wakes.notify_job_scheduled(type_name)
 
     async def listen_job_scheduled(
         self, type_names: Sequence[str], callback: TypeNameCallback
     ) -> Unsubscribe:
-        return await self._transport.listen_job_scheduled(type_names, callback)
+        return await self._wakes.listen_job_scheduled(type_names, callback)
+
+    async def acknowledge_wakes(self, callback: TypeNameCallback, free_slots: int) -> None:
+        """Lists mode: remove the tokens consumed since the last call from the processing
+        lists (the claim they woke is done) and move no more tokens for ``callback``'s
+        listener than ``free_slots``. Pub/Sub: nothing to do."""
+        await self._wakes.acknowledge_wakes(callback, free_slots)
 
     async def notify_chain_completed(self, chain_id: str) -> None:
         await self._transport.notify_chain_completed(chain_id)
@@ -173,19 +232,32 @@ class RedisNotifyAdapter(ConnectOnEnter):
         return await self._transport.listen_job_ownership_lost(job_id, callback)
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
-        """Run ``callback`` whenever the subscription was lost or restored: poll now."""
-        return self._transport.on_reconnect(callback)
+        """Run ``callback`` whenever the subscription (or, in lists mode, the blocking
+        connection) was lost or restored: poll now."""
+        unsubscribe = self._transport.on_reconnect(callback)
+        if self._lists is None:
+            return unsubscribe
+        unsubscribe_lists = self._lists.on_reconnect(callback)
+
+        async def unsubscribe_both() -> None:
+            await unsubscribe()
+            await unsubscribe_lists()
+
+        return unsubscribe_both
 
     async def provide_wake_hint(self, type_name: str, count: int) -> None:
-        """Add ``count`` to the budget (INCRBY + EXPIRE 60 s, atomically); 0 is a no-op."""
-        await self._transport.provide_wake_hint(type_name, count)
+        """Add ``count`` to the budget (INCRBY + EXPIRE 60 s, atomically; lists mode:
+        push ``count`` tokens); 0 is a no-op."""
+        await self._wakes.provide_wake_hint(type_name, count)
 
     async def consume_wake_hint(self, type_name: str) -> bool:
-        """Take one unit; True when taken or when no budget exists, False when exhausted."""
-        return await self._transport.consume_wake_hint(type_name)
+        """Take one unit (lists mode: a token); True when taken or when no budget exists
+        (none issued in the last 60 s), False when exhausted."""
+        return await self._wakes.consume_wake_hint(type_name)
 
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
         """Provide every budget, then publish every type name: one round trip (one
-        script per hash slot, all sent at once, on a cluster). Types with a count of 0
-        are skipped."""
-        await self._transport.notify_jobs_scheduled(counts)
+        script per hash slot, all sent at once, on a cluster; lists mode: one script
+        pushing every type's tokens, nothing published). Types with a count of 0 are
+        skipped."""
+        await self._wakes.notify_jobs_scheduled(counts)

@@ -7,7 +7,15 @@ from redis import Redis
 
 from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis_shared import NOTIFY_JOBS_SCHEDULED, channel_name, hint_key
+from queuert_notify.notify.redis_lists import TOKEN_CAP
+from queuert_notify.notify.redis_shared import (
+    NOTIFY_JOBS_SCHEDULED,
+    PUSH_WAKE_TOKENS,
+    channel_name,
+    hint_key,
+    issued_key,
+    token_list_key,
+)
 from state_adapters.notifications import NotificationBuffer
 
 _TIMEOUT = 2.0
@@ -17,13 +25,16 @@ _TIMEOUT = 2.0
 class RedisBlockingPublisher:
     """Sends what committed transactions owe to one Redis server in one round trip:
     the wake budgets and ``sched`` messages through the adapter's own script, then the
-    chain-completed and ownership-lost messages, pipelined. Not thread-safe: one
-    sender thread uses it."""
+    chain-completed and ownership-lost messages, pipelined. With ``lists=True`` the
+    scheduled types get wake tokens pushed instead (``RedisNotifyAdapter(wake="lists")``).
+    Not thread-safe: one sender thread uses it."""
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str, *, lists: bool = False) -> None:
         self._prefix = prefix
+        self._lists = lists
         self._redis = Redis.from_url(url, socket_timeout=_TIMEOUT, socket_connect_timeout=_TIMEOUT)
         self._schedule = self._redis.register_script(NOTIFY_JOBS_SCHEDULED)
+        self._push = self._redis.register_script(PUSH_WAKE_TOKENS)
 
     def publish(self, notes: NotificationBuffer) -> None:
         scheduled = {
@@ -32,7 +43,14 @@ class RedisBlockingPublisher:
             if check_count(count) > 0
         }
         pipe = self._redis.pipeline(transaction=False)
-        if scheduled:
+        if scheduled and self._lists:
+            keys = []
+            for name in scheduled:
+                keys += [token_list_key(self._prefix, name), issued_key(self._prefix, name)]
+            self._push(
+                keys=keys, args=[HINT_TTL_SECONDS, TOKEN_CAP, *scheduled.values()], client=pipe
+            )
+        elif scheduled:
             args: list[str | int] = [channel_name(self._prefix, "sched"), HINT_TTL_SECONDS]
             for name, count in scheduled.items():
                 args += [name, count]

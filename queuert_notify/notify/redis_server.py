@@ -5,6 +5,8 @@ Its wire layout is :mod:`~queuert_notify.notify.redis`'s (names from
 :mod:`~queuert_notify.notify.redis_shared`). It owns two connections: commands
 (PUBLISH, EVALSHA) and a dedicated subscriber read by one reader task, which
 reconnects with the shared backoff and re-subscribes every live channel.
+:meth:`RedisServerTransport.wake_lists` builds the ``wake="lists"`` token lists on
+the same server, with a third, blocking connection of their own.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from queuert_notify.errors import ConfigurationError, mask_url
 from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import check_count, decode_text, encode_payload
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
+from queuert_notify.notify.redis_lists import BLOCK_TIMEOUT, RedisWakeLists
 from queuert_notify.notify.redis_shared import (
     CONSUME_WAKE_HINT,
     NOTIFY_JOBS_SCHEDULED,
@@ -86,6 +89,22 @@ class RedisServerTransport(ChannelNotifyAdapter):
         self._confirmations: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._lost = False  # the reader lost the subscriber connection, not yet restored
+
+    def wake_lists(self, consumer_timeout: float) -> RedisWakeLists:
+        """Lists mode on this server: the command client, plus a blocking client of its
+        own (one connection, never shared with commands or the subscriber)."""
+        pool = _copy_pool(self._commands.connection_pool)
+        # A blocking move waits BLOCK_TIMEOUT on the server; the socket must wait longer.
+        pool.connection_kwargs.update(socket_timeout=BLOCK_TIMEOUT + 5.0)
+        return RedisWakeLists(
+            self._commands,
+            # One connection: its client id is what CLIENT UNBLOCK interrupts.
+            Redis(connection_pool=pool, single_connection_client=True),
+            prefix=self._prefix,
+            address=self._address,
+            ready=self._ready_to_send,
+            consumer_timeout=consumer_timeout,
+        )
 
     # -- lifecycle -----------------------------------------------------------
 

@@ -2,7 +2,11 @@
 adapter class and the two ways of reaching Redis, chosen once at construction
 (:class:`~queuert_notify.notify.redis_server.RedisServerTransport` for one server,
 :class:`~queuert_notify.notify.redis_cluster.RedisClusterTransport` for a cluster).
-mypy checks both against :class:`RedisTransport` where the adapter builds them."""
+mypy checks both against :class:`RedisTransport` where the adapter builds them.
+
+:class:`RedisWakes` is the job-scheduled part alone: what the adapter sends wakes to,
+the transport itself or, with ``wake="lists"``,
+:class:`~queuert_notify.notify.redis_lists.RedisWakeLists`."""
 
 from __future__ import annotations
 
@@ -12,7 +16,26 @@ from typing import Protocol
 from queuert_notify.notify.protocol import SignalCallback, TypeNameCallback, Unsubscribe
 
 
-class RedisTransport(Protocol):
+class RedisWakes(Protocol):
+    """Job-scheduled wakes and their budgets, each method keeping the promise of the
+    same method of ``RedisNotifyAdapter``."""
+
+    async def notify_job_scheduled(self, type_name: str) -> None: ...
+
+    async def listen_job_scheduled(
+        self, type_names: Sequence[str], callback: TypeNameCallback
+    ) -> Unsubscribe: ...
+
+    async def acknowledge_wakes(self, callback: TypeNameCallback, free_slots: int) -> None: ...
+
+    async def provide_wake_hint(self, type_name: str, count: int) -> None: ...
+
+    async def consume_wake_hint(self, type_name: str) -> bool: ...
+
+    async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None: ...
+
+
+class RedisTransport(RedisWakes, Protocol):
     """A connection to Redis keeping every promise of the same method of
     ``RedisNotifyAdapter`` (the notify contract, plus ``ignored_messages`` and
     ``prefix``); the adapter only forwards to it."""
@@ -31,12 +54,6 @@ class RedisTransport(Protocol):
 
     async def close(self) -> None: ...
 
-    async def notify_job_scheduled(self, type_name: str) -> None: ...
-
-    async def listen_job_scheduled(
-        self, type_names: Sequence[str], callback: TypeNameCallback
-    ) -> Unsubscribe: ...
-
     async def notify_chain_completed(self, chain_id: str) -> None: ...
 
     async def listen_chain_completed(
@@ -50,12 +67,6 @@ class RedisTransport(Protocol):
     ) -> Unsubscribe: ...
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe: ...
-
-    async def provide_wake_hint(self, type_name: str, count: int) -> None: ...
-
-    async def consume_wake_hint(self, type_name: str) -> bool: ...
-
-    async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None: ...
 
 
 class RedisTransportFactory(Protocol):

@@ -29,6 +29,9 @@ Class attributes describe what the adapter promises:
 - ``delivers``: False for adapters that never call listeners (noop).
 - ``supports_hints``: False for adapters whose ``provide_wake_hint`` is a
   no-op and whose ``consume_wake_hint`` always returns True.
+- ``wake_per_unit``: True for adapters whose wakes are the budget itself (one
+  unit, one call of one listening adapter: ``RedisNotifyAdapter(wake="lists")``),
+  so ``notify_jobs_scheduled({t: 2})`` calls a listener of ``t`` twice.
 - ``delivery_timeout``: how long a delivery may take before the test fails.
 - ``quiet_period``: how long to wait before concluding "nothing arrives"
   where no later message can prove it.

@@ -2,7 +2,8 @@
 ``python -m queuert_notify.cli worker tests.support.e2e_app:build_worker``.
 
 Configured through the environment (``QT_*``; wakeups from Redis with
-``QT_REDIS_URL``/``QT_REDIS_PREFIX``, from Postgres with ``QT_POSTGRES_NOTIFY=prefix``).
+``QT_REDIS_URL``/``QT_REDIS_PREFIX`` (``QT_REDIS_WAKE=lists``: list tokens), from Postgres
+with ``QT_POSTGRES_NOTIFY=prefix``).
 Its ``effect`` handler records one row per run in an application table through
 ``ctx.session`` (atomic mode, the default), so
 the row commits exactly when the job's completion does: counting rows per job proves
@@ -50,7 +51,10 @@ def _notify() -> NotifyAdapter:
         from queuert_notify.notify.redis import RedisNotifyAdapter
 
         adapter: NotifyAdapter = RedisNotifyAdapter(
-            url=redis_url, prefix=os.environ["QT_REDIS_PREFIX"]
+            url=redis_url,
+            prefix=os.environ["QT_REDIS_PREFIX"],
+            wake="lists" if os.environ.get("QT_REDIS_WAKE") == "lists" else "pubsub",
+            consumer_timeout=float(os.environ.get("QT_CONSUMER_TIMEOUT", "10")),
         )
         return adapter
     from queuert_notify.notify.noop import NoopNotifyAdapter

@@ -27,8 +27,8 @@ from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_helpers import delete_prefix
 
 STATE_KINDS = ["sqlite", "postgres"]
-NOTIFY_KINDS = ["noop", "in_process", "redis", "postgres", "nats", "redis_cluster"]
-HINTED_NOTIFY_KINDS = ["in_process", "redis", "nats", "redis_cluster"]
+NOTIFY_KINDS = ["noop", "in_process", "redis", "redis_lists", "postgres", "nats", "redis_cluster"]
+HINTED_NOTIFY_KINDS = ["in_process", "redis", "redis_lists", "nats", "redis_cluster"]
 """Kinds that keep wake budgets: N new jobs wake N idle workers, not every one."""
 SHARED_NOTIFY_KINDS = ["noop", "in_process"]
 """In-memory kinds: every client of a test must share one instance to hear the others."""
@@ -43,6 +43,10 @@ def make_notify(notify_kind: str, request: pytest.FixtureRequest, prefix: str) -
         return InProcessNotifyAdapter()
     if notify_kind == "redis":
         return RedisNotifyAdapter(url=request.getfixturevalue("redis_url"), prefix=prefix)
+    if notify_kind == "redis_lists":
+        return RedisNotifyAdapter(
+            url=request.getfixturevalue("redis_url"), prefix=prefix, wake="lists"
+        )
     if notify_kind == "redis_cluster":
         cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
         return RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True)
@@ -58,7 +62,7 @@ async def delete_notify_state(
 ) -> None:
     """Delete what adapters of ``notify_kind`` left on their server under ``prefix``
     (wake budgets); channels and subjects hold nothing once unsubscribed."""
-    if notify_kind == "redis":
+    if notify_kind in ("redis", "redis_lists"):
         await delete_prefix(request.getfixturevalue("redis_url"), prefix)
     elif notify_kind == "redis_cluster":
         cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")

@@ -67,8 +67,11 @@ class HintsCases(NotifyCases):
         await peer_adapter.notify_jobs_scheduled({first: 2, second: 1})
 
         if self.delivers:
-            await rec.wait_for(2, self.delivery_timeout)
-            assert sorted(rec.calls) == sorted([(first,), (second,)])
+            expected = (
+                [(first,), (first,), (second,)] if self.wake_per_unit else [(first,), (second,)]
+            )
+            await rec.wait_for(len(expected), self.delivery_timeout)
+            assert sorted(rec.calls) == sorted(expected)
         firsts = [await adapter.consume_wake_hint(first) for _ in range(3)]
         seconds = [await adapter.consume_wake_hint(second) for _ in range(2)]
         if self.supports_hints:

@@ -54,6 +54,7 @@ class NotifyCases:
 
     delivers: ClassVar[bool] = True
     supports_hints: ClassVar[bool] = True
+    wake_per_unit: ClassVar[bool] = False
     delivery_timeout: ClassVar[float] = 5.0
     quiet_period: ClassVar[float] = 0.3
 

@@ -1,0 +1,194 @@
+"""``RedisNotifyAdapter(wake="lists")`` under faults: a worker killed holding a wake
+token gives it back to a live worker; a restarted Redis (no persistence) loses tokens
+but no job; a burst for a crowd of idle workers costs about one claim per job."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from queuert_notify import ChainSpec, Client, NoopNotifyAdapter, RedisNotifyAdapter, Worker
+from queuert_notify.jobs import Job, JobContext
+from queuert_notify.notify.redis_shared import consumers_key, processing_key, token_list_key
+from tests.support.queue_helpers import CountingState, wait_until
+from tests.support.services import OwnServer
+from tests.support.worker_processes import WorkerProcesses
+
+pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
+
+CONSUMER_TIMEOUT = 3.0
+"""Of the killed worker: long enough for the live one to start and go idle first."""
+
+
+class _ClaimPassSeen:
+    """The real state adapter, noting when a claim pass (``acquire``) has returned."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.claimed = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def acquire(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self._inner.acquire(*args, **kwargs)
+        finally:
+            self.claimed.set()
+
+
+async def _blocked_on(redis: Redis, key: str) -> bool:
+    """Whether some client is blocked in a move from ``key`` right now."""
+    clients = await redis.client_list()
+    return any(
+        c.get("cmd") in ("blmove", "blmpop") and c.get("flags") == "b" for c in clients
+    ) and (await redis.exists(key) == 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
+async def test_a_worker_killed_holding_a_token_gives_it_back_and_another_worker_wakes(
+    state: Any, workers: WorkerProcesses, effects: Any, redis_url: str, prefix: str
+) -> None:
+    admin = Redis.from_url(redis_url, decode_responses=True)
+    source = token_list_key(prefix, "effect")
+    first = workers.start(
+        "first",
+        QT_REDIS_URL=redis_url,
+        QT_REDIS_PREFIX=prefix,
+        QT_REDIS_WAKE="lists",
+        QT_CONSUMER_TIMEOUT=str(CONSUMER_TIMEOUT),
+        QT_CONCURRENCY="1",
+    )
+    try:
+        # The only consumer, idle: registered and blocked on the token list.
+        await wait_until(lambda: admin.zcard(consumers_key(prefix, "effect")), timeout=30)
+        (dead,) = await admin.zrange(consumers_key(prefix, "effect"), 0, -1)
+        await wait_until(lambda: _blocked_on(admin, source), timeout=10)
+        # Frozen while blocked: Redis still moves the token into its processing list.
+        first.send_signal(signal.SIGSTOP)
+        async with RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists") as producer:
+            await producer.provide_wake_hint("effect", 1)
+        held = processing_key(prefix, "effect", str(dead))
+        await wait_until(lambda: admin.llen(held), timeout=5)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        assert await admin.llen(source) == 0
+
+        # A live worker (60 s poll) makes its start-up claim and goes idle; then a job
+        # appears with no wakeup of its own: only the dead worker's token can wake it.
+        notify = RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists", consumer_timeout=1)
+        watched = _ClaimPassSeen(state)
+        done = asyncio.Event()
+
+        async def effect(job: Job, ctx: JobContext) -> None:
+            done.set()
+
+        async with (
+            Client(state=watched, notify=notify) as client,
+            Client(state=state, notify=NoopNotifyAdapter()) as silent,
+            Worker(client, {"effect": effect}, concurrency=1, poll_interval=60) as worker,
+        ):
+
+            async def two_consumers() -> bool:
+                return await admin.zcard(consumers_key(prefix, "effect")) == 2
+
+            await wait_until(two_consumers)
+            # Its start-up claim is over: it cannot find the job below by itself.
+            await asyncio.wait_for(watched.claimed.wait(), timeout=10)
+            started = time.perf_counter()
+            await silent.start_chain("effect")
+            assert await admin.llen(held) == 1, "the dead worker's token was returned too early"
+            async with asyncio.timeout(CONSUMER_TIMEOUT + 5):
+                await done.wait()
+            waited = time.perf_counter() - started
+            assert worker.worker_id
+        # Returned within the dead consumer's timeout plus a heartbeat, not the poll.
+        assert waited < CONSUMER_TIMEOUT + 2, waited
+        assert await admin.llen(held) == 0, "the dead consumer's processing list is empty"
+        assert dead not in await admin.zrange(consumers_key(prefix, "effect"), 0, -1)
+    finally:
+        await admin.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
+async def test_redis_restarted_without_persistence_loses_tokens_but_no_job(
+    state: Any, private_redis: OwnServer, prefix: str
+) -> None:
+    url = private_redis.url
+    total = 300
+    ran: set[str] = set()
+
+    async def effect(job: Job, ctx: JobContext) -> None:
+        ran.add(job.id)
+        await asyncio.sleep(0.005)
+
+    async with AsyncExitStack() as stack:
+        producer = await stack.enter_async_context(
+            Client(state=state, notify=RedisNotifyAdapter(url, prefix=prefix, wake="lists"))
+        )
+        for _ in range(2):
+            client = await stack.enter_async_context(
+                Client(state=state, notify=RedisNotifyAdapter(url, prefix=prefix, wake="lists"))
+            )
+            # A 60 s poll: after the restart, only the reconnect catch-up finds the jobs.
+            await stack.enter_async_context(
+                Worker(client, {"effect": effect}, concurrency=2, poll_interval=60)
+            )
+        await producer.start_chains([ChainSpec("effect", {"n": n}) for n in range(total)])
+        # Tokens are still queued when the server dies, and its restart has none of them.
+        await asyncio.to_thread(private_redis.restart)
+        assert len(ran) < total, "the restart came too late to lose a token"
+
+        async def all_done() -> bool:
+            return (await producer.count_jobs(type_names=["effect"])).get("completed", 0) == total
+
+        await wait_until(all_done, timeout=30, interval=0.2)
+    assert len(ran) == total
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
+async def test_a_burst_of_1000_jobs_for_32_idle_workers_costs_at_most_1_05_claims_per_job(
+    state: Any, redis_url: str, prefix: str
+) -> None:
+    jobs, crowd = 1000, 32
+    completed = asyncio.Event()
+    count = 0
+
+    async def noop(job: Job, ctx: JobContext) -> None:
+        nonlocal count
+        count += 1
+        if count == jobs:
+            completed.set()
+
+    async with AsyncExitStack() as stack:
+        producer = await stack.enter_async_context(
+            Client(state=state, notify=RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists"))
+        )
+        states = [CountingState(state) for _ in range(crowd)]
+        for counting in states:
+            notify = RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists")
+            client = await stack.enter_async_context(Client(state=counting, notify=notify))
+            await stack.enter_async_context(
+                Worker(client, {"burst": noop}, concurrency=1, poll_interval=60)
+            )
+        await wait_until(lambda: all(s.calls.get("next_due_at", 0) for s in states))
+        for counting in states:
+            counting.calls.clear()
+
+        await producer.start_chains([ChainSpec("burst", {"n": n}) for n in range(jobs)])
+        async with asyncio.timeout(120):
+            await completed.wait()
+        await asyncio.sleep(0.5)  # a straggler woken late would claim now
+    claims = sum(s.calls.get("acquire", 0) for s in states)
+    woken = sum(1 for s in states if s.calls.get("acquire", 0))
+    assert claims / jobs <= 1.05, (claims, woken)
+    assert woken > crowd / 2, "the burst is spread over the crowd"

@@ -1,0 +1,163 @@
+"""``RedisNotifyAdapter(wake="lists")``: one token wakes one consumer, tokens wait for a
+consumer with a free slot, are acknowledged after the claim, capped, and expire."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from queuert_notify import RedisNotifyAdapter
+from queuert_notify.errors import ConfigurationError
+from queuert_notify.notify.protocol import HINT_TTL_SECONDS
+from queuert_notify.notify.redis_lists import TOKEN_CAP
+from queuert_notify.notify.redis_shared import (
+    channel_name,
+    consumers_key,
+    issued_key,
+    processing_key,
+    token_list_key,
+)
+from queuert_notify.testing import Recorder
+from tests.support.redis_helpers import delete_prefix
+
+
+@pytest.fixture
+async def redis(redis_url: str, prefix: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    await client.aclose()
+    await delete_prefix(redis_url, prefix)
+
+
+@pytest.fixture
+async def adapters(redis_url: str, prefix: str) -> AsyncIterator[list[RedisNotifyAdapter]]:
+    opened = [RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists") for _ in range(3)]
+    for adapter in opened:
+        await adapter.connect()
+    yield opened
+    for adapter in opened:
+        await adapter.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"wake": "stream"}, {"wake": "lists", "cluster": True}, {"consumer_timeout": 0}],
+)
+def test_a_wake_mode_other_than_pubsub_or_lists_is_a_configuration_error(
+    redis_url: str, options: dict[str, object]
+) -> None:
+    with pytest.raises(ConfigurationError):
+        RedisNotifyAdapter(redis_url, **options)  # type: ignore[arg-type]
+
+
+async def test_one_token_wakes_exactly_one_of_several_listening_adapters(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    producer, *listeners = adapters
+    heard = Recorder()
+    for listener in listeners:
+        await listener.listen_job_scheduled(["t"], heard)
+
+    await producer.notify_jobs_scheduled({"t": 1})
+    await heard.wait_for(1, within=5)
+    await asyncio.sleep(0.3)  # a second wake would arrive now
+
+    assert heard.calls == [("t",)]
+    assert await redis.llen(token_list_key(prefix, "t")) == 0
+
+
+async def test_a_listener_without_free_slots_leaves_tokens_to_others(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    producer, busy, idle = adapters
+    busy_heard, idle_heard = Recorder(), Recorder()
+    await busy.listen_job_scheduled(["t"], busy_heard)
+    await busy.acknowledge_wakes(busy_heard, 0)  # a worker whose slots are all taken
+
+    await producer.notify_jobs_scheduled({"t": 2})
+    await asyncio.sleep(0.3)
+    assert busy_heard.calls == []
+    assert await redis.llen(token_list_key(prefix, "t")) == 2, "the tokens wait"
+
+    await idle.listen_job_scheduled(["t"], idle_heard)
+    await idle_heard.wait_for(2, within=5)
+    await busy.acknowledge_wakes(busy_heard, 1)  # a slot freed: nothing left to take
+    await asyncio.sleep(0.2)
+    assert busy_heard.calls == []
+
+
+async def test_a_consumed_token_stays_in_the_processing_list_until_acknowledged(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    producer, worker, _ = adapters
+    heard = Recorder()
+    await worker.listen_job_scheduled(["t"], heard)
+    await producer.notify_jobs_scheduled({"t": 1})
+    await heard.wait_for(1, within=5)
+    (consumer,) = await redis.zrange(consumers_key(prefix, "t"), 0, -1)
+    processing = processing_key(prefix, "t", str(consumer))
+
+    assert await worker.consume_wake_hint("t") is True
+    assert await redis.llen(processing) == 1, "held until the claim is done"
+    await worker.acknowledge_wakes(heard, 1)
+    assert await redis.llen(processing) == 0
+
+
+async def test_closing_a_consumer_gives_its_unacknowledged_tokens_back(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    producer, worker, _ = adapters
+    heard = Recorder()
+    await worker.listen_job_scheduled(["t"], heard)
+    await producer.notify_jobs_scheduled({"t": 2})
+    await heard.wait_for(2, within=5)
+    assert await worker.consume_wake_hint("t") is True
+
+    await worker.close()
+
+    assert await redis.llen(token_list_key(prefix, "t")) == 2
+    assert await redis.zcard(consumers_key(prefix, "t")) == 0
+
+
+async def test_a_burst_beyond_the_cap_keeps_the_cap_and_consumers_wake_past_it(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    producer = adapters[0]
+    await producer.notify_jobs_scheduled({"t": TOKEN_CAP + 5})
+    assert await redis.llen(token_list_key(prefix, "t")) == TOKEN_CAP
+    assert await redis.get(issued_key(prefix, "t")) == "overflow"
+
+    await redis.delete(token_list_key(prefix, "t"))  # every token taken
+    assert await producer.consume_wake_hint("t") is True, "jobs without a token exist"
+
+
+async def test_tokens_expire_with_their_list_60_s_after_the_last_push(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    producer = adapters[0]
+    await producer.notify_jobs_scheduled({"t": 1})
+    await redis.expire(token_list_key(prefix, "t"), 5)
+    await producer.notify_job_scheduled("t")
+    assert await redis.ttl(token_list_key(prefix, "t")) > HINT_TTL_SECONDS - 5
+    assert await redis.ttl(issued_key(prefix, "t")) > HINT_TTL_SECONDS - 5
+
+
+async def test_lists_mode_publishes_nothing_on_the_scheduled_channel(
+    adapters: list[RedisNotifyAdapter], redis_url: str, prefix: str
+) -> None:
+    subscriber = Redis.from_url(redis_url)
+    pubsub = subscriber.pubsub()
+    await pubsub.subscribe(channel_name(prefix, "sched"))
+    try:
+        await adapters[0].notify_jobs_scheduled({"t": 3})
+        await adapters[0].notify_job_scheduled("t")
+        messages = []
+        while (message := await pubsub.get_message(timeout=0.3)) is not None:
+            messages.append(message)
+        assert [m for m in messages if m["type"] == "message"] == []
+    finally:
+        await pubsub.aclose()
+        await subscriber.aclose()

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 
 from benchmarks import (
+    dashboard,
     drain,
     herd,
     instrumentation_cost,
@@ -34,6 +35,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     wake_hints,
     instrumentation_cost,
     wake_modes,
+    dashboard,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

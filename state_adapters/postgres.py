@@ -11,12 +11,12 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, select, text, true
+from sqlalchemy import Select, bindparam, func, select, text, true, type_coerce
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import ColumnElement, TextClause
 
 from state_adapters.chain_statements import ChainStatements
 from state_adapters.compiled import CompiledStatements
@@ -72,6 +72,12 @@ class PostgresSql:
 
     def update_lock(self, select: Select[Any]) -> Select[Any]:
         return select.with_for_update()
+
+    def partial_index_term(self, predicate: str) -> ColumnElement[bool] | TextClause:
+        return true()
+
+    def minute_of(self, instant: ColumnElement[Any]) -> ColumnElement[Any]:
+        return type_coerce(func.date_trunc("minute", instant), instant.type)
 
 
 class Postgres:

@@ -168,6 +168,48 @@ class Page:
     next_cursor: str | None = field(default=None)
 
 
+@dataclass(frozen=True, slots=True)
+class ActivityMinute:
+    """Jobs that reached a final status within one minute (``start`` to ``start`` + 60 s)."""
+
+    start: datetime
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOverview:
+    """The queue at a glance, read without counting every row of the jobs table.
+
+    ``unfinished`` counts the blocked, pending and running jobs now, by type and status;
+    ``finished`` counts the jobs that completed, failed or were cancelled since
+    ``since``, by type and status, and ``minutes`` the same per minute (oldest first,
+    quiet minutes left out). When more than the ``finished_limit`` asked for finished
+    since ``since``, only the most recent that many are counted and ``truncated`` is
+    True (the counts are then lower bounds).
+    """
+
+    since: datetime
+    unfinished: Mapping[str, Mapping[str, int]]
+    finished: Mapping[str, Mapping[str, int]]
+    minutes: Sequence[ActivityMinute]
+    truncated: bool = False
+
+    @property
+    def type_names(self) -> list[str]:
+        """Every type with an unfinished job or a job finished since ``since``, sorted."""
+        return sorted({*self.unfinished, *self.finished})
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLinks:
+    """Which chains a chain's jobs wait (or waited) for, and which chains wait on it."""
+
+    blocked_by: Sequence[str]
+    blocking: Sequence[str]
+
+
 class StateAdapter(Protocol):
     """Durable job state. See the module docstring for sessions and ``notes``."""
 
@@ -329,6 +371,33 @@ class StateAdapter(Protocol):
         for gauges while workers run)."""
         ...
 
+    async def queue_overview(
+        self, *, since: datetime, finished_limit: int = 100_000
+    ) -> QueueOverview:
+        """Jobs by type and status: unfinished ones now, finished ones since ``since``
+        (the most recent ``finished_limit`` at most). Its cost grows with the unfinished
+        jobs and the jobs finished since ``since``, never with the whole table."""
+        ...
+
+    async def find_chains(
+        self,
+        *,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        search: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Chains newest first, keyset-paginated like :meth:`list_chains`, filtered by
+        status (of the last job), type (of the first job) and ``search``: a chain id, the
+        id of any job of the chain, or the chain's deduplication key."""
+        ...
+
+    async def chain_links(self, chain_id: str, *, limit: int = 100) -> ChainLinks:
+        """The chains ``chain_id``'s jobs are blocked by and the chains whose jobs are
+        blocked by it (at most ``limit`` of each, newest first)."""
+        ...
+
     # -- what a worker's loop uses ---------------------------------------------------
 
     @property
@@ -419,6 +488,49 @@ class StateAdapterBase:
         )
         lost = [r if isinstance(r, JobOwnershipLostError) else None for r in written]
         return lost, claimed
+
+    async def queue_overview(
+        self: StateAdapter, *, since: datetime, finished_limit: int = 100_000
+    ) -> QueueOverview:
+        # Without a per-type read: the totals of the unfinished jobs under one "*" row
+        # and nothing about finished ones (an adapter's own method can do better).
+        counts = await self.count_jobs()
+        unfinished: dict[str, int] = {
+            s: counts.get(s, 0) for s in UNFINISHED_STATUSES if counts.get(s)
+        }
+        return QueueOverview(
+            since=since,
+            unfinished={"*": unfinished} if unfinished else {},
+            finished={},
+            minutes=(),
+            truncated=True,
+        )
+
+    async def find_chains(
+        self: StateAdapter,
+        *,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        search: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        if search is None:
+            return await self.list_chains(
+                status=status, type_name=type_name, limit=limit, after=after
+            )
+        # Without a search index: the chain of that id only.
+        found = [
+            chain
+            for chain in await self.get_chains([search])
+            if (status is None or chain.status == status)
+            and (type_name is None or chain.type_name == type_name)
+            and (after is None or chain.id < after)
+        ]
+        return Page(found[:limit])
+
+    async def chain_links(self, chain_id: str, *, limit: int = 100) -> ChainLinks:
+        return ChainLinks(blocked_by=(), blocking=())
 
 
 @asynccontextmanager

@@ -58,6 +58,13 @@ DEDUP_KEY_LENGTH = 255
 WORKER_ID_LENGTH = 255
 STATUS_LENGTH = 16
 
+SETTLED_ASIDE = "status IN ('blocked', 'failed', 'cancelled')"
+"""The predicate of ``jobs_status_chain_ix``: the statuses a job reaches off the hot path
+(a start with blockers, a last failure, a cancel), so a job that is started, claimed and
+completed never enters it. A query that should use the index adds
+``SqlDialect.partial_index_term(SETTLED_ASIDE)`` (SQLite needs it word for word)."""
+SETTLED_ASIDE_STATUSES = ("blocked", "failed", "cancelled")
+
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}")
 
 
@@ -142,6 +149,9 @@ def make_tables(
     metadata = MetaData(schema=schema)
     pending = text("status = 'pending'")
     running = text("status = 'running'")
+    settled_aside = text(SETTLED_ASIDE)
+    finished = text("completed_at IS NOT NULL")
+    has_dedup_key = text("dedup_key IS NOT NULL")
     chains = Table(
         f"{p}chains",
         metadata,
@@ -152,6 +162,13 @@ def make_tables(
         Column("has_dependents", Boolean, nullable=False),
         Column("dedup_key", String(DEDUP_KEY_LENGTH), nullable=True),
         Index(f"{p}chains_type_ix", "type_name", "id"),
+        # Chain search by deduplication key (inspection.py).
+        Index(
+            f"{p}chains_dedup_ix",
+            "dedup_key",
+            postgresql_where=has_dedup_key,
+            sqlite_where=has_dedup_key,
+        ),
     )
     jobs = Table(
         f"{p}jobs",
@@ -206,6 +223,26 @@ def make_tables(
             sqlite_where=running,
         ),
         Index(f"{p}jobs_status_ix", "status", "type_name"),
+        # A page of blocked, failed or cancelled chains, newest first (inspection.py);
+        # the statuses of the hot path (pending, running, completed) are left out, so
+        # starting, claiming and completing a job never writes to it.
+        Index(
+            f"{p}jobs_status_chain_ix",
+            "status",
+            "chain_id",
+            postgresql_where=settled_aside,
+            sqlite_where=settled_aside,
+        ),
+        # Jobs finished since a moment, by type and status (inspection.py's overview);
+        # an entry is added once per job, when it finishes.
+        Index(
+            f"{p}jobs_finished_ix",
+            "completed_at",
+            "type_name",
+            "status",
+            postgresql_where=finished,
+            sqlite_where=finished,
+        ),
     )
     blockers = Table(
         f"{p}blockers",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from sqlalchemy import Select
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import ColumnElement, TextClause
 
 
 class SqlDialect(Protocol):
@@ -84,6 +84,19 @@ class SqlDialect(Protocol):
         pending job through ``status = 'pending'``, or sort every due job to claim
         ten). Postgres costs its plans well, so it gets the expression unchanged.
         """
+        ...
+
+    def partial_index_term(self, predicate: str) -> ColumnElement[bool] | TextClause:
+        """The ``predicate`` of a partial index, as a term for a query that should use
+        that index. SQLite uses a partial index only when the query names its predicate
+        word for word; Postgres proves it from the query's own terms, and a restated
+        predicate only skews its row estimates (it would then sort rather than walk the
+        index in order), so it gets nothing."""
+        ...
+
+    def minute_of(self, instant: ColumnElement[Any]) -> ColumnElement[Any]:
+        """The UTC minute ``instant`` falls in, as a value of the same column type
+        (Postgres ``date_trunc``, SQLite ``strftime`` on the stored UTC text)."""
         ...
 
     def share_lock(self, select: Select[Any]) -> Select[Any]:

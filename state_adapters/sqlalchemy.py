@@ -38,6 +38,7 @@ from state_adapters.connection_lanes import lanes_for
 from state_adapters.database import database_for
 from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.handler_transaction import HandlerTransaction
+from state_adapters.inspection import Inspection
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.protocol import (
     ChainRecord,
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
     from state_adapters.transactions import CallerSession
 
 
-class SqlAlchemyStateAdapter(ChainReads):
+class SqlAlchemyStateAdapter(ChainReads, Inspection):
     """Job state in the application's own Postgres or SQLite database.
 
     ``engine`` stays the caller's (dispose it yourself); ``table_prefix`` and

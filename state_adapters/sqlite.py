@@ -13,12 +13,24 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import JSON, Select, String, Update, bindparam, func, literal_column, select, true
+from sqlalchemy import (
+    JSON,
+    Select,
+    String,
+    Update,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    text,
+    true,
+    type_coerce,
+)
 from sqlalchemy import update as update_rows
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.elements import ColumnElement, UnaryExpression
+from sqlalchemy.sql.elements import ColumnElement, TextClause, UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
 from state_adapters.chain_statements import ChainStatements
@@ -72,6 +84,12 @@ class SqliteSql:
 
     def update_lock(self, select: Select[Any]) -> Select[Any]:
         return select
+
+    def partial_index_term(self, predicate: str) -> ColumnElement[bool] | TextClause:
+        return text(predicate)
+
+    def minute_of(self, instant: ColumnElement[Any]) -> ColumnElement[Any]:
+        return type_coerce(func.strftime("%Y-%m-%d %H:%M:00", instant), instant.type)
 
 
 class Sqlite:

@@ -297,3 +297,30 @@ async def test_wake_modes_reports_pubsub_and_lists_side_by_side(
     assert "(wake='pubsub')" in report and "(wake='lists')" in report
     for figure in ("wake p99 ms", "claims per job", "wakeups lost", "connections", "bytes"):
         assert figure in report
+
+
+async def test_dashboard_reports_every_page_on_both_databases(postgres_url: str) -> None:
+    report = await run_benchmark(
+        [
+            "dashboard",
+            "--rounds=1",
+            "--requests=2",
+            "--finished=300",
+            "--pending=20",
+            f"--postgres-url={postgres_url}",
+        ]
+    )
+
+    for database in ("Postgres", "SQLite"):
+        for page in ("overview", "chains, first page", "chains, search by dedup key"):
+            assert f"| {database}, {page} |" in report
+
+
+async def test_dashboard_write_cost_compares_with_and_without_its_indexes() -> None:
+    report = await run_benchmark(
+        ["dashboard", "--rounds=1", "--write-cost-jobs=20", "--state=sqlite"]
+    )
+
+    assert "| SQLite, with the dashboard's indexes |" in report
+    assert "| SQLite, without the dashboard's indexes |" in report
+    assert "| SQLite: with / without |" in report

@@ -1,8 +1,9 @@
 """``queuert-notify``: the demo, a worker runner, migrations and chain inspection.
 
-One module per command group -- ``demo``, ``worker``, ``migrate``, ``chains`` -- each
-registered on :func:`main` below; ``options`` holds the options several commands share,
-``database`` opens the job database for a command, ``output`` prints. A new command is a
+One module per command group -- ``demo``, ``worker``, ``migrate``, ``chains``,
+``dashboard`` -- each registered on :func:`main` below; ``options`` holds the options
+several commands share, ``database`` opens the job database for a command, ``output``
+prints. A new command is a
 module here and one ``main.add_command`` line."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import click
 
 from queuert_notify import log_format as logs
-from queuert_notify.cli import chains, demo, migrate, worker
+from queuert_notify.cli import chains, dashboard, demo, migrate, worker
 from queuert_notify.cli.database import BadSettingError
 from queuert_notify.cli.options import DATABASE_URL_ENV, DEFAULT_TABLE_PREFIX
 
@@ -31,3 +32,4 @@ main.add_command(demo.demo)
 main.add_command(worker.worker_command)
 main.add_command(migrate.migrate)
 main.add_command(chains.chains)
+main.add_command(dashboard.dashboard)

@@ -25,6 +25,7 @@ from queuert_notify.testing.state_cases.actions import ActionsCases
 from queuert_notify.testing.state_cases.blockers import BlockersCases
 from queuert_notify.testing.state_cases.completing import CompletingCases
 from queuert_notify.testing.state_cases.deduplication import DeduplicationCases
+from queuert_notify.testing.state_cases.inspecting import InspectingCases
 from queuert_notify.testing.state_cases.leases import LeasesCases
 from queuert_notify.testing.state_cases.listing import ListingCases
 from queuert_notify.testing.state_cases.reaping import ReapingCases
@@ -43,6 +44,7 @@ class StateAdapterConformance(
     ReapingCases,
     ActionsCases,
     ListingCases,
+    InspectingCases,
     BlockersCases,
     DeduplicationCases,
     TransactionsCases,

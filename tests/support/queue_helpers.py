@@ -150,3 +150,17 @@ async def tasks_shown_after(seconds: float) -> AsyncIterator[None]:
         yield
     finally:
         watchdog.cancel()
+
+
+def head_revision() -> str:
+    """The newest shipped migration's revision id (what ``migrate()`` stamps)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from state_adapters.migrations.runner import SCRIPT_LOCATION
+
+    config = Config()
+    config.set_main_option("script_location", SCRIPT_LOCATION)
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None
+    return head

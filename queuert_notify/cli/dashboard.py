@@ -1,0 +1,135 @@
+"""``queuert-notify dashboard``: the web dashboard served on its own (extra ``dashboard``).
+
+It binds 127.0.0.1 unless told otherwise, and any other address requires ``--token``:
+the dashboard shows every job's input and can cancel chains, so it is never reachable
+from the network without a secret.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+import click
+
+from queuert_notify.cli.database import check_reachable, create_engine
+from queuert_notify.cli.options import database_url_option, table_prefix_option
+from queuert_notify.cli.output import run
+from queuert_notify.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+TOKEN_ENV = "QUEUERT_DASHBOARD_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command("dashboard")
+@database_url_option
+@table_prefix_option
+@click.option(
+    "--redis-url",
+    default=None,
+    help="Redis the workers use: live updates are pushed from it and actions wake "
+    "workers at once. Without it pages re-read every 15 s.",
+)
+@click.option(
+    "--redis-prefix", default="queuert", show_default=True, help="The workers' Redis prefix."
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--token",
+    envvar=TOKEN_ENV,
+    default=None,
+    help=f"Secret every request must carry (or ${TOKEN_ENV}); required with a --host "
+    "other than a loopback address.",
+)
+@click.option("--read-only", is_flag=True, help="Show the queue; hide and refuse actions.")
+def dashboard(
+    database_url: str,
+    table_prefix: str,
+    redis_url: str | None,
+    redis_prefix: str,
+    host: str,
+    port: int,
+    token: str | None,
+    read_only: bool,
+) -> None:
+    """Serve the web dashboard (overview, chains, actions, live updates)."""
+    if not is_loopback(host) and not token:
+        raise click.UsageError(
+            f"--host {host} makes the dashboard reachable from other machines: pass "
+            f"--token (or set ${TOKEN_ENV}) so that only people with the secret see it"
+        )
+    try:
+        import uvicorn  # noqa: F401
+
+        from queuert_notify.dashboard import create_app  # noqa: F401
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the dashboard needs the 'dashboard' extra ({exc}): "
+            "pip install 'queuert-notify[dashboard]'"
+        ) from None
+    run(_serve(database_url, table_prefix, redis_url, redis_prefix, host, port, token, read_only))
+
+
+async def _serve(
+    database_url: str,
+    table_prefix: str,
+    redis_url: str | None,
+    redis_prefix: str,
+    host: str,
+    port: int,
+    token: str | None,
+    read_only: bool,
+) -> None:
+    import uvicorn
+
+    from queuert_notify.dashboard import create_app
+    from queuert_notify.notify.protocol import NotifyAdapter
+    from queuert_notify.notify.redis import RedisNotifyAdapter
+    from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+
+    engine = create_engine(database_url)
+    notify: NotifyAdapter | None = None
+    try:
+        await check_reachable(engine, database_url)
+        state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
+        if redis_url is not None:
+            notify = RedisNotifyAdapter(redis_url, prefix=redis_prefix)
+            try:
+                await notify.connect()
+            except ConfigurationError as exc:
+                click.echo(f"warning: {exc}; pages re-read every 15 s instead", err=True)
+                await notify.close()
+                notify = None
+        app = create_app(state, notify, read_only=read_only, token=token)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            # Live pages hold their connections open: do not wait for them to end.
+            timeout_graceful_shutdown=1,
+        )
+        server = uvicorn.Server(config)
+        shown = f"[{host}]" if ":" in host else host
+        click.echo(
+            f"dashboard on http://{shown}:{port}/"
+            + (" (open it once with ?token=<your token>)" if token else "")
+            + (" read-only" if read_only else "")
+        )
+        await server.serve()
+    finally:
+        if notify is not None:
+            await notify.close()
+        await engine.dispose()

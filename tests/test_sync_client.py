@@ -3,7 +3,6 @@ transaction; worker processes pick the jobs up. Real Postgres and SQLite, real R
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +24,11 @@ from queuert_notify import (
     RedisNotifyAdapter,
     SyncClient,
 )
+from queuert_notify.notify.redis_shared import channel_name
+from tests.support.queue_helpers import wait_until
+from tests.support.redis_helpers import wait_for_subscribers
 from tests.support.worker_processes import WorkerProcesses
+from tests.test_postgres_notify import listener_backends
 
 pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
 
@@ -163,7 +166,11 @@ async def test_a_worker_process_runs_a_sync_started_job_within_the_wake_latency(
         notify = RedisNotifyAdapter(redis_url, prefix=prefix)
     workers.start("w1", QT_POLL="60")
     client = SyncClient(sync_engine, notify=notify, table_prefix=table_prefix)
-    await asyncio.sleep(2.0)  # the worker subscribed
+    # Measured from the moment the worker listens (its start-up takes seconds under load).
+    if notify_kind == "noop":
+        await wait_until(lambda: listener_backends(str(sync_engine.url), prefix), timeout=30)
+    else:
+        await wait_for_subscribers(redis_url, channel_name(prefix, "sched"), 1, within=30)
     latencies = []
     for _ in range(5):
         began = time.monotonic()

@@ -19,6 +19,7 @@ from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter, Unsubscribe
+from queuert_notify.schedules import Schedule
 from queuert_notify.worker import Worker
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ __all__ = [
     "PostgresNotifyAdapter",
     "QueuertError",
     "RedisNotifyAdapter",
+    "Schedule",
     "SyncClient",
     "Unsubscribe",
     "WaitChainTimeoutError",

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from queuert_notify import instrumentation
@@ -32,6 +32,7 @@ from state_adapters.ids import new_id
 from state_adapters.lost_commit import start_again
 from state_adapters.notifications import NotificationBuffer, send_later, wait_for_notifications
 from state_adapters.protocol import (
+    DEFAULT_PRUNE_BATCH_SIZE,
     FINAL_STATUSES,
     ChainRecord,
     DedupScope,
@@ -42,7 +43,7 @@ from state_adapters.protocol import (
     StartedChain,
     StateAdapter,
 )
-from state_adapters.validation import check_json, new_chain, new_job
+from state_adapters.validation import check_json, check_positive_int, new_chain, new_job
 
 if TYPE_CHECKING:
     from state_adapters.protocol import CallerSession
@@ -429,6 +430,36 @@ class Client:
         await self._retried(
             session, lambda: self.state.delete_chain(chain_id, session=session), again=delete_again
         )
+
+    async def prune(
+        self, *, older_than: timedelta, batch_size: int = DEFAULT_PRUNE_BATCH_SIZE
+    ) -> int:
+        """Delete the chains that finished (completed, failed or cancelled) more than
+        ``older_than`` ago, with their jobs; returns how many chains were deleted.
+
+        In transactions of ``batch_size`` chains each, oldest first, paced: after each
+        batch it waits as long as the batch took, so it holds write locks (on SQLite,
+        the database) at most half the time and claims keep flowing. A chain that a job
+        of an unfinished chain waits on is kept until that chain is final. Any number of
+        callers (and workers with ``retention``) may prune at once: they never delete
+        the same chains nor wait on each other's. Safe to repeat."""
+        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+            raise InvalidInputError(
+                f"older_than must be a timedelta >= 0 (e.g. timedelta(days=7)), got {older_than!r}"
+            )
+        check_positive_int(batch_size, "batch_size")
+        finished_before = datetime.now(UTC) - older_than
+        loop = asyncio.get_running_loop()
+        total = 0
+        while True:
+            started = loop.time()
+            deleted = await self._retried(
+                None, lambda: self.state.prune_chains(finished_before, batch_size=batch_size)
+            )
+            total += deleted
+            if deleted < batch_size:
+                return total
+            await asyncio.sleep(loop.time() - started)
 
     async def _finish_chain(
         self, session: CallerSession, finish: Callable[[NotificationBuffer], Awaitable[ChainRecord]]

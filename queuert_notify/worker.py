@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
+from datetime import timedelta
 from typing import Any
 
 from queuert_notify import instrumentation
@@ -26,7 +27,9 @@ from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
 from queuert_notify.lease_keeper import LeaseKeeper
 from queuert_notify.loop_watchdog import LoopWatchdog
 from queuert_notify.notify.protocol import Unsubscribe
+from queuert_notify.pruner import Pruner
 from queuert_notify.reaper import Reaper
+from queuert_notify.schedules import Schedule, Scheduler
 from queuert_notify.shutdown import Shutdown, settle, stop_signals
 from queuert_notify.slots import Slots
 from queuert_notify.startup_checks import check_pool_size, check_tables
@@ -91,6 +94,8 @@ class Worker:
         completion_batch_size: int = 100,
         completion_linger: float = 0.0,
         loop_lag_threshold: float | None = 0.5,
+        schedules: Sequence[Schedule] = (),
+        retention: timedelta | None = None,
     ) -> None:
         """
         ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter``
@@ -101,7 +106,10 @@ class Worker:
         leases to pending (default ``lease / 2``); ``on_event``: called with a
         :class:`WorkerEvent` for every started/completed/retried/failed/ownership_lost/
         reaped/progress/loop_blocked; ``loop_lag_threshold``: seconds the event loop may
-        be blocked before a warning names the running jobs (``None``: no watchdog).
+        be blocked before a warning names the running jobs (``None``: no watchdog);
+        ``schedules``: :class:`Schedule` s whose chains this worker starts, one per tick
+        across all workers; ``retention``: delete chains that finished longer ago than
+        this (``None``: keep them) -- see docs/operations.md.
         Checked here (see :class:`WorkerSettings`): a bad value raises InvalidInputError.
         """
         settings = WorkerSettings(
@@ -118,6 +126,8 @@ class Worker:
             completion_batch_size=completion_batch_size,
             completion_linger=completion_linger,
             loop_lag_threshold=loop_lag_threshold,
+            schedules=tuple(schedules),
+            retention=retention,
         )
         self.settings = settings
         self.client = client
@@ -177,6 +187,16 @@ class Worker:
             reaped=lambda job_id: self._emit("reaped", job_id=job_id),
             woke=self._on_reconnect,
             worker_id=self.worker_id,
+        )
+        self._scheduler = (
+            Scheduler(client, settings.schedules, worker_id=self.worker_id)
+            if settings.schedules
+            else None
+        )
+        self._pruner = (
+            Pruner(client, settings.retention, jitter=jitter, worker_id=self.worker_id)
+            if settings.retention is not None
+            else None
         )
         self._watchdog = (
             LoopWatchdog(loop_lag_threshold, on_lag=self._on_loop_lag, active=self._slots.job_ids)
@@ -281,6 +301,12 @@ class Worker:
             asyncio.create_task(self._leases.run(), name="queuert-lease-renewer"),
             asyncio.create_task(self._reaper.run(), name="queuert-reaper"),
         ]
+        if self._scheduler is not None:
+            self._timers.append(
+                asyncio.create_task(self._scheduler.run(), name="queuert-scheduler")
+            )
+        if self._pruner is not None:
+            self._timers.append(asyncio.create_task(self._pruner.run(), name="queuert-pruner"))
         if self._watchdog is not None:
             self._watchdog.start()
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
 from queuert_notify.errors import InvalidInputError
+from queuert_notify.pruner import check_retention
+from queuert_notify.schedules import Schedule, check_schedules
 from state_adapters.validation import check_positive_int, check_seconds
 
 WorkerMode = Literal["atomic", "staged"]
@@ -32,6 +35,8 @@ class WorkerSettings:
     completion_batch_size: int = 100
     completion_linger: float = 0.0
     loop_lag_threshold: float | None = 0.5
+    schedules: tuple[Schedule, ...] = ()
+    retention: timedelta | None = None
 
     def __post_init__(self) -> None:
         check_positive_int(self.concurrency, "concurrency")
@@ -53,6 +58,8 @@ class WorkerSettings:
             )
         if self.mode not in ("atomic", "staged"):
             raise InvalidInputError(f"mode must be 'atomic' or 'staged', got {self.mode!r}")
+        check_schedules(self.schedules)
+        check_retention(self.retention)
         if not self.worker_id:
             # Frozen: the one default drawn at random is set once, here.
             object.__setattr__(self, "worker_id", f"worker-{uuid.uuid4().hex[:12]}")

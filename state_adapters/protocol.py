@@ -37,6 +37,9 @@ UNFINISHED_STATUSES: tuple[JobStatus, ...] = tuple(
     s for s in ALL_STATUSES if s not in FINAL_STATUSES
 )
 DedupScope = Literal["incomplete", "ever"]
+DEFAULT_PRUNE_BATCH_SIZE = 500
+"""Chains deleted per transaction by retention: a batch holds its locks (on SQLite, the
+database) for a few milliseconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +401,39 @@ class StateAdapter(Protocol):
         blocked by it (at most ``limit`` of each, newest first)."""
         ...
 
+    # -- operating the queue ---------------------------------------------------------
+
+    async def prune_chains(
+        self, finished_before: datetime, *, batch_size: int = DEFAULT_PRUNE_BATCH_SIZE
+    ) -> int:
+        """Delete at most ``batch_size`` chains that finished (completed, failed or
+        cancelled) before ``finished_before``, oldest first, with their jobs, blocker
+        links and dedup keys, in one short transaction; returns how many. Never a chain
+        that a job of an unfinished chain waits on; concurrent callers never pick the
+        same chains nor wait on each other's. Call it until it returns less than
+        ``batch_size`` to prune everything."""
+        ...
+
+    async def take_schedule_tick(
+        self,
+        name: str,
+        tick: datetime,
+        chain: NewChain | None,
+        *,
+        notes: NotificationBuffer,
+    ) -> StartedChain | None:
+        """Record ``tick`` as schedule ``name``'s last tick and start ``chain`` in the same
+        transaction, if no tick at or after ``tick`` was recorded: exactly one of any
+        number of concurrent callers starts it. Returns the started chain, or ``None``
+        when the tick was taken already. ``chain=None`` registers a schedule seen for
+        the first time: ``tick`` is recorded only if the schedule has no tick yet, and
+        nothing is started."""
+        ...
+
+    async def schedule_ticks(self, names: Sequence[str]) -> Mapping[str, datetime]:
+        """The last tick recorded for each of these schedules that has one."""
+        ...
+
     # -- what a worker's loop uses ---------------------------------------------------
 
     @property
@@ -466,6 +502,24 @@ class StateAdapterBase:
             for name in type_names
         }
 
+    async def prune_chains(
+        self, finished_before: datetime, *, batch_size: int = DEFAULT_PRUNE_BATCH_SIZE
+    ) -> int:
+        raise _unsupported(self, "retention (prune_chains)")
+
+    async def take_schedule_tick(
+        self,
+        name: str,
+        tick: datetime,
+        chain: NewChain | None,
+        *,
+        notes: NotificationBuffer,
+    ) -> StartedChain | None:
+        raise _unsupported(self, "schedules (take_schedule_tick)")
+
+    async def schedule_ticks(self, names: Sequence[str]) -> Mapping[str, datetime]:
+        raise _unsupported(self, "schedules (schedule_ticks)")
+
     async def complete_and_acquire(
         self: StateAdapter,
         completions: Sequence[Completion],
@@ -531,6 +585,15 @@ class StateAdapterBase:
 
     async def chain_links(self, chain_id: str, *, limit: int = 100) -> ChainLinks:
         return ChainLinks(blocked_by=(), blocking=())
+
+
+def _unsupported(adapter: object, feature: str) -> Exception:
+    from state_adapters.errors import ConfigurationError
+
+    return ConfigurationError(
+        f"{type(adapter).__name__} does not support {feature}: implement it (see "
+        "state_adapters.protocol.StateAdapter) or use SqlAlchemyStateAdapter"
+    )
 
 
 @asynccontextmanager

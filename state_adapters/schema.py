@@ -20,6 +20,12 @@ Tables (``{prefix}`` defaults to ``queuert_``):
   when it reaches zero.
 - ``{prefix}dedup_keys``: the chain that currently owns a deduplication key
   (per chain type); its primary key makes deduplication race-free.
+- ``{prefix}schedules``: the last tick each periodic schedule ran, by name. One row
+  per schedule (not per tick), so it outlives retention pruning: a pruned chain
+  never makes its tick due again.
+
+``chains.completed_at`` has an index of its own (finished chains only), so that
+retention finds the oldest finished chains without scanning the table.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ TYPE_NAME_LENGTH = 200
 DEDUP_KEY_LENGTH = 255
 WORKER_ID_LENGTH = 255
 STATUS_LENGTH = 16
+SCHEDULE_NAME_LENGTH = 200
 
 SETTLED_ASIDE = "status IN ('blocked', 'failed', 'cancelled')"
 """The predicate of ``jobs_status_chain_ix``: the statuses a job reaches off the hot path
@@ -115,13 +122,14 @@ def check_table_prefix(table_prefix: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Tables:
-    """The four tables of one prefix/schema, on one :class:`MetaData`."""
+    """The tables of one prefix/schema, on one :class:`MetaData`."""
 
     metadata: MetaData
     chains: Table
     jobs: Table
     blockers: Table
     dedup_keys: Table
+    schedules: Table
     table_prefix: str
     schema: str | None
 
@@ -168,6 +176,13 @@ def make_tables(
             "dedup_key",
             postgresql_where=has_dedup_key,
             sqlite_where=has_dedup_key,
+        ),
+        # Retention reads the oldest finished chains.
+        Index(
+            f"{p}chains_completed_ix",
+            "completed_at",
+            postgresql_where=finished,
+            sqlite_where=finished,
         ),
     )
     jobs = Table(
@@ -262,7 +277,15 @@ def make_tables(
         PrimaryKeyConstraint("type_name", "dedup_key", name=f"{p}dedup_keys_pk"),
         Index(f"{p}dedup_keys_chain_ix", "chain_id"),
     )
-    return Tables(metadata, chains, jobs, blockers, dedup_keys, p, schema)
+    schedules = Table(
+        f"{p}schedules",
+        metadata,
+        Column("name", String(SCHEDULE_NAME_LENGTH), primary_key=True),
+        Column("last_tick", timestamp(), nullable=False),
+        Column("chain_id", String(ID_LENGTH), nullable=True),
+        Column("updated_at", timestamp(), nullable=False),
+    )
+    return Tables(metadata, chains, jobs, blockers, dedup_keys, schedules, p, schema)
 
 
 def make_metadata(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = None) -> MetaData:

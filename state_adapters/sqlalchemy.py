@@ -15,7 +15,8 @@ Guarantees (the conformance suite in ``queuert_notify.testing`` checks them):
 Each method checks its arguments, then runs named steps in a transaction:
 starting (:mod:`state_adapters.starting`), completing
 (:mod:`state_adapters.completion`), chains becoming final
-(:mod:`state_adapters.finishing`), chain actions (:mod:`state_adapters.chain_actions`);
+(:mod:`state_adapters.finishing`), chain actions (:mod:`state_adapters.chain_actions`),
+retention and schedule ticks (:mod:`state_adapters.operations`);
 what differs between Postgres and SQLite is asked of the
 :class:`~state_adapters.database.Database` chosen at construction.
 """
@@ -40,6 +41,7 @@ from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.handler_transaction import HandlerTransaction
 from state_adapters.inspection import Inspection
 from state_adapters.notifications import NotificationBuffer
+from state_adapters.operations import QueueOperations
 from state_adapters.protocol import (
     ChainRecord,
     Completion,
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     from state_adapters.transactions import CallerSession
 
 
-class SqlAlchemyStateAdapter(ChainReads, Inspection):
+class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
     """Job state in the application's own Postgres or SQLite database.
 
     ``engine`` stays the caller's (dispose it yourself); ``table_prefix`` and

@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 from state_adapters.errors import InvalidInputError
 from state_adapters.protocol import ALL_STATUSES, Completion, ContinueWith, NewChain, NewJob
-from state_adapters.schema import ID_LENGTH, WORKER_ID_LENGTH
+from state_adapters.schema import ID_LENGTH, SCHEDULE_NAME_LENGTH, WORKER_ID_LENGTH
 
 MAX_TYPE_NAME_LENGTH = 200
 MAX_DEDUP_KEY_LENGTH = 255
@@ -214,6 +214,30 @@ def check_positive_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidInputError(f"{what} must be an int > 0, got {value!r}")
     return value
+
+
+def check_aware(value: object, what: str) -> datetime:
+    """Return ``value`` if it is a timezone-aware datetime (an instant), in UTC."""
+    if not isinstance(value, datetime):
+        raise InvalidInputError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInputError(
+            f"{what} must be timezone-aware (e.g. datetime.now(UTC)); a naive datetime is ambiguous"
+        )
+    return value.astimezone(UTC)
+
+
+def check_schedule_name(name: object) -> str:
+    """Return ``name`` if it is a non-empty, storable schedule name of at most
+    :data:`~state_adapters.schema.SCHEDULE_NAME_LENGTH` characters."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInputError(f"a schedule name must be a non-empty string, got {name!r}")
+    if len(name) > SCHEDULE_NAME_LENGTH:
+        raise InvalidInputError(
+            f"schedule name {name[:40]!r}... is {len(name)} characters long; the limit is "
+            f"{SCHEDULE_NAME_LENGTH}"
+        )
+    return check_text(name, "schedule name")
 
 
 def resolve_run_at(run_at: datetime | None, delay: float | None) -> datetime | None:

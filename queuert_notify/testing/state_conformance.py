@@ -28,8 +28,10 @@ from queuert_notify.testing.state_cases.deduplication import DeduplicationCases
 from queuert_notify.testing.state_cases.inspecting import InspectingCases
 from queuert_notify.testing.state_cases.leases import LeasesCases
 from queuert_notify.testing.state_cases.listing import ListingCases
+from queuert_notify.testing.state_cases.pruning import PruningCases
 from queuert_notify.testing.state_cases.reaping import ReapingCases
 from queuert_notify.testing.state_cases.retrying import RetryingCases
+from queuert_notify.testing.state_cases.schedules import ScheduleCases
 from queuert_notify.testing.state_cases.starting import StartingCases
 from queuert_notify.testing.state_cases.trace_context import TraceContextCases
 from queuert_notify.testing.state_cases.transactions import TransactionsCases
@@ -49,6 +51,8 @@ class StateAdapterConformance(
     DeduplicationCases,
     TransactionsCases,
     TraceContextCases,
+    PruningCases,
+    ScheduleCases,
 ):
     """Behaviour every state adapter must show; see the module docstring. Each base class
     holds the cases of one area (queuert_notify/testing/state_cases/)."""

@@ -1,7 +1,7 @@
 """``queuert-notify``: the demo, a worker runner, migrations and chain inspection.
 
 One module per command group -- ``demo``, ``worker``, ``migrate``, ``chains``,
-``dashboard`` -- each registered on :func:`main` below; ``options`` holds the options
+``dashboard``, ``schedules``, ``prune`` -- each registered on :func:`main` below; ``options`` holds the options
 several commands share, ``database`` opens the job database for a command, ``output``
 prints. A new command is a
 module here and one ``main.add_command`` line."""
@@ -13,7 +13,7 @@ import logging
 import click
 
 from queuert_notify import log_format as logs
-from queuert_notify.cli import chains, dashboard, demo, migrate, worker
+from queuert_notify.cli import chains, dashboard, demo, migrate, prune, schedules, worker
 from queuert_notify.cli.database import BadSettingError
 from queuert_notify.cli.options import DATABASE_URL_ENV, DEFAULT_TABLE_PREFIX
 
@@ -33,3 +33,5 @@ main.add_command(worker.worker_command)
 main.add_command(migrate.migrate)
 main.add_command(chains.chains)
 main.add_command(dashboard.dashboard)
+main.add_command(schedules.schedules_command)
+main.add_command(prune.prune_command)

@@ -10,6 +10,9 @@ the row commits exactly when the job's completion does: counting rows per job pr
 exactly-once completion across processes. With ``QT_MODE=staged`` the row commits in a
 transaction of its own just before the completion (at least once).
 
+``QT_SCHEDULE_EVERY`` (seconds) gives the worker a schedule ``e2e-every`` that starts an
+``effect`` chain every that many seconds; ``QT_RETENTION`` (seconds) prunes finished chains.
+
 Job input: ``first_attempt_sleep`` (seconds, attempt 1 only) then ``sleep`` (seconds,
 every attempt) before the row is written.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Column, MetaData, String, Table, insert
@@ -26,6 +30,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from queuert_notify.client import Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
+from queuert_notify.schedules import Schedule
 from queuert_notify.worker import Worker
 
 
@@ -101,4 +106,16 @@ def build_worker() -> Worker:
         lease=float(os.environ.get("QT_LEASE", "60")),
         poll_interval=float(os.environ.get("QT_POLL", "60")),
         reap_interval=float(os.environ.get("QT_REAP", "1")),
+        schedules=_schedules(),
+        retention=_seconds("QT_RETENTION"),
     )
+
+
+def _seconds(name: str) -> timedelta | None:
+    value = os.environ.get(name)
+    return None if value is None else timedelta(seconds=float(value))
+
+
+def _schedules() -> list[Schedule]:
+    every = _seconds("QT_SCHEDULE_EVERY")
+    return [] if every is None else [Schedule("e2e-every", "effect", every=every)]

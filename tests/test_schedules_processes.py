@@ -4,6 +4,7 @@ tick, whoever takes it."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 from collections import Counter
 from datetime import datetime
@@ -58,7 +59,7 @@ async def test_three_worker_processes_start_exactly_one_chain_per_tick(
     ticks = sorted(await _chain_ticks(client))
     twice = [tick for tick, n in Counter(ticks).items() if n > 1]
     assert not twice, f"ticks started more than once: {twice}"
-    seconds = [(b - a).total_seconds() for a, b in zip(ticks, ticks[1:], strict=False)]
+    seconds = [(b - a).total_seconds() for a, b in itertools.pairwise(ticks)]
     # Every tick of the run, each once: consecutive seconds with no gap.
     assert len(ticks) >= 10 and set(seconds) == {1.0}, ticks
     rows, distinct = await effect_counts(engine, effects)

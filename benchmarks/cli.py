@@ -14,6 +14,7 @@ from benchmarks import (
     herd,
     instrumentation_cost,
     notify_overhead,
+    prune_impact,
     redis_cost,
     start_throughput,
     steady_state,
@@ -36,6 +37,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     instrumentation_cost,
     wake_modes,
     dashboard,
+    prune_impact,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

@@ -68,22 +68,33 @@ class PruningStatements:
         )
         return self.dialect.skip_locked(query)
 
-    def delete_chains(self) -> list[Delete]:
-        """Delete the chains bound as ``chain_ids`` with everything that belongs to them;
-        links first, so no statement leaves a row pointing at a deleted one."""
+    def delete_jobs(self) -> Any:
+        """Delete the jobs of the chains bound as ``chain_ids``; returns their ids."""
+        jobs = self.tables.jobs
+        return (
+            delete(jobs)
+            .where(self.dialect.in_list(jobs.c.chain_id, "chain_ids"))
+            .returning(jobs.c.id)
+        )
+
+    def delete_links(self) -> list[Delete]:
+        """Delete what points at the deleted jobs (bound as ``job_ids``) and chains (bound
+        as ``chain_ids``): blocker links either way, dedup keys, and the chain rows."""
         t = self.tables
-        victims = self.dialect.in_list(t.chains.c.id, "chain_ids")
-        their_jobs = select(t.jobs.c.id).where(self.dialect.in_list(t.jobs.c.chain_id, "chain_ids"))
         return [
             delete(t.blockers).where(
                 or_(
-                    t.blockers.c.job_id.in_(their_jobs.scalar_subquery()),
+                    self.dialect.in_list(t.blockers.c.job_id, "job_ids"),
                     self.dialect.in_list(t.blockers.c.blocker_chain_id, "chain_ids"),
                 )
             ),
             delete(t.dedup_keys).where(self.dialect.in_list(t.dedup_keys.c.chain_id, "chain_ids")),
-            delete(t.jobs).where(self.dialect.in_list(t.jobs.c.chain_id, "chain_ids")),
-            delete(t.chains).where(and_(victims, t.chains.c.completed_at.is_not(None))),
+            delete(t.chains).where(
+                and_(
+                    self.dialect.in_list(t.chains.c.id, "chain_ids"),
+                    t.chains.c.completed_at.is_not(None),
+                )
+            ),
         ]
 
 
@@ -100,9 +111,12 @@ async def prune_chains(
     ]
     if not picked:
         return 0
-    params = {"chain_ids": picked}
+    job_ids = [
+        row.id for row in await conn.execute(statements.delete_jobs(), {"chain_ids": picked})
+    ]
+    params = {"chain_ids": picked, "job_ids": job_ids}
     deleted = 0
-    for statement in statements.delete_chains():
+    for statement in statements.delete_links():
         result = await conn.execute(statement, params)
-        deleted = result.rowcount
+        deleted = result.rowcount  # the last statement deletes the chains
     return deleted

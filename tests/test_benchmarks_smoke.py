@@ -170,6 +170,26 @@ async def test_instrumentation_cost_reports_microseconds_per_run_for_every_varia
     assert "µs per run" in report and "µs per start_chains" in report
 
 
+async def test_prune_impact_reports_claim_latency_idle_and_while_pruning(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "prune-impact",
+            "--rounds=1",
+            "--finished=3000",
+            "--jobs=100",
+            "--state=sqlite,postgres",
+            "--notify=in-process",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    assert "| SQLite + in-process, idle |" in report
+    assert "| Postgres + in-process, pruning |" in report
+    assert "Pruning / idle:" in report
+
+
 async def test_steady_state_reports_rates_latency_and_backlog(
     redis_url: str, postgres_url: str
 ) -> None:

@@ -13,8 +13,8 @@ completions and claims in one transaction):
   once the first batches are gone, and the report says how many chains the prune
   deleted by the drain's end).
 
-The drains run in that order within a round, after an unrecorded warm-up drain, on
-the same tables (the earlier drains' jobs stay, completed).
+The drains run in that order within a round, after an unrecorded warm-up drain (of
+up to 1,000 jobs), on the same tables (the earlier drains' jobs stay, completed).
 """
 
 from __future__ import annotations
@@ -157,8 +157,11 @@ def _database_url(stack: stacks.Stack) -> str:
     return stack.engine.url.render_as_string(hide_password=False)
 
 
-async def _drain(stack: stacks.Stack, args: argparse.Namespace) -> runner.Figures:
-    await fill(stack, args.jobs)
+async def _drain(
+    stack: stacks.Stack, args: argparse.Namespace, jobs: int | None = None
+) -> runner.Figures:
+    jobs = args.jobs if jobs is None else jobs
+    await fill(stack, jobs)
     samples: list[float] = []
     done = asyncio.Event()
     completed = 0
@@ -167,7 +170,7 @@ async def _drain(stack: stacks.Stack, args: argparse.Namespace) -> runner.Figure
         nonlocal completed
         if event.kind == "completed":
             completed += 1
-            if completed == args.jobs:
+            if completed == jobs:
                 done.set()
 
     client = await stack.new_client()
@@ -175,10 +178,10 @@ async def _drain(stack: stacks.Stack, args: argparse.Namespace) -> runner.Figure
     worker = Worker(timed, {"bench-noop": _noop}, concurrency=args.concurrency, on_event=on_event)
     started = time.perf_counter()
     async with worker:
-        async with asyncio.timeout(max(120.0, args.jobs / 20)):
+        async with asyncio.timeout(max(120.0, jobs / 20)):
             await done.wait()
     elapsed = time.perf_counter() - started
-    return {**runner.percentiles(samples), "jobs/s": args.jobs / elapsed}
+    return {**runner.percentiles(samples), "jobs/s": jobs / elapsed}
 
 
 async def _round(state_kind: str, args: argparse.Namespace) -> dict[str, runner.Figures]:
@@ -187,7 +190,8 @@ async def _round(state_kind: str, args: argparse.Namespace) -> dict[str, runner.
     ) as stack:
         await fill_finished(stack, args.finished)
         await stack.analyze()
-        await _drain(stack, args)  # warm-up: caches and connections as the later drains find them
+        # Warm-up: caches and connections as the later drains find them.
+        await _drain(stack, args, min(args.jobs, 1000))
         idle = await _drain(stack, args)
         prune = await asyncio.create_subprocess_exec(
             sys.executable,

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify import Client, Schedule
 from queuert_notify.cli import main
-from queuert_notify.cli_operations import parse_duration
+from queuert_notify.cli.prune import parse_duration
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.testing import run_until_idle
 from state_adapters import SqlAlchemyStateAdapter

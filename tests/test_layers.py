@@ -54,6 +54,8 @@ _WORKER_MODULES = [
     "lease_keeper",
     "job_outcome",
     "reaper",
+    "schedules",
+    "pruner",
     "shutdown",
 ]
 

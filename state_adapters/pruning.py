@@ -56,7 +56,13 @@ class PruningStatements:
             dependent.c.completed_at.is_(None),
         )
         query = (
-            select(chains.c.id)
+            select(
+                chains.c.id,
+                chains.c.has_dependents,
+                chains.c.dedup_key,
+                # Only a chain's first job, whose id is the chain's, is ever blocked.
+                exists().where(blockers.c.job_id == chains.c.id).label("was_blocked"),
+            )
             .where(
                 chains.c.completed_at < finished_before,
                 # has_dependents is set before any job waits on the chain: most
@@ -68,34 +74,33 @@ class PruningStatements:
         )
         return self.dialect.skip_locked(query)
 
-    def delete_jobs(self) -> Any:
-        """Delete the jobs of the chains bound as ``chain_ids``; returns their ids."""
+    def delete_jobs(self) -> Delete:
+        """Delete the jobs of the chains bound as ``chain_ids``."""
         jobs = self.tables.jobs
-        return (
-            delete(jobs)
-            .where(self.dialect.in_list(jobs.c.chain_id, "chain_ids"))
-            .returning(jobs.c.id)
+        return delete(jobs).where(self.dialect.in_list(jobs.c.chain_id, "chain_ids"))
+
+    def delete_blocker_links(self) -> Delete:
+        """Delete the blocker links of the chains bound as ``chain_ids``, both ways: what
+        their first jobs waited on, and who waited on them."""
+        blockers = self.tables.blockers
+        return delete(blockers).where(
+            or_(
+                self.dialect.in_list(blockers.c.job_id, "chain_ids"),
+                self.dialect.in_list(blockers.c.blocker_chain_id, "chain_ids"),
+            )
         )
 
-    def delete_links(self) -> list[Delete]:
-        """Delete what points at the deleted jobs (bound as ``job_ids``) and chains (bound
-        as ``chain_ids``): blocker links either way, dedup keys, and the chain rows."""
-        t = self.tables
-        return [
-            delete(t.blockers).where(
-                or_(
-                    self.dialect.in_list(t.blockers.c.job_id, "job_ids"),
-                    self.dialect.in_list(t.blockers.c.blocker_chain_id, "chain_ids"),
-                )
-            ),
-            delete(t.dedup_keys).where(self.dialect.in_list(t.dedup_keys.c.chain_id, "chain_ids")),
-            delete(t.chains).where(
-                and_(
-                    self.dialect.in_list(t.chains.c.id, "chain_ids"),
-                    t.chains.c.completed_at.is_not(None),
-                )
-            ),
-        ]
+    def delete_dedup_keys(self) -> Delete:
+        """Delete the dedup keys the chains bound as ``chain_ids`` hold."""
+        keys = self.tables.dedup_keys
+        return delete(keys).where(self.dialect.in_list(keys.c.chain_id, "chain_ids"))
+
+    def delete_chains(self) -> Delete:
+        """Delete the (final) chain rows bound as ``chain_ids``."""
+        chains = self.tables.chains
+        return delete(chains).where(
+            and_(self.dialect.in_list(chains.c.id, "chain_ids"), chains.c.completed_at.is_not(None))
+        )
 
 
 async def prune_chains(
@@ -106,17 +111,16 @@ async def prune_chains(
 ) -> int:
     """Delete one batch (at most ``batch_size`` chains) in the caller's transaction;
     returns how many chains were deleted."""
-    picked = [
-        row.id for row in await conn.execute(statements.pick_chains(finished_before, batch_size))
-    ]
+    picked = (await conn.execute(statements.pick_chains(finished_before, batch_size))).all()
     if not picked:
         return 0
-    job_ids = [
-        row.id for row in await conn.execute(statements.delete_jobs(), {"chain_ids": picked})
-    ]
-    params = {"chain_ids": picked, "job_ids": job_ids}
-    deleted = 0
-    for statement in statements.delete_links():
-        result = await conn.execute(statement, params)
-        deleted = result.rowcount  # the last statement deletes the chains
+    params = {"chain_ids": [row.id for row in picked]}
+    await conn.execute(statements.delete_jobs(), params)
+    # Most chains have neither links nor a dedup key, and the chain row says so: a batch
+    # of them is three statements, so it holds its locks (on SQLite, the database) briefly.
+    if any(row.was_blocked or row.has_dependents for row in picked):
+        await conn.execute(statements.delete_blocker_links(), params)
+    if any(row.dedup_key is not None for row in picked):
+        await conn.execute(statements.delete_dedup_keys(), params)
+    deleted: int = (await conn.execute(statements.delete_chains(), params)).rowcount
     return deleted

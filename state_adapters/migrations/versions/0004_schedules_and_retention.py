@@ -1,7 +1,7 @@
 """Periodic schedules' last ticks, and an index retention reads finished chains by.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0004
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from alembic import op
 
 from state_adapters.schema import Tables, UtcDateTime
 
-revision = "0002"
-down_revision = "0001"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

@@ -1,10 +1,10 @@
 """``queuert-notify``: the demo, a worker runner, migrations and chain inspection.
 
 One module per command group -- ``demo``, ``worker``, ``migrate``, ``chains``,
-``dashboard``, ``schedules``, ``prune`` -- each registered on :func:`main` below; ``options`` holds the options
-several commands share, ``database`` opens the job database for a command, ``output``
-prints. A new command is a
-module here and one ``main.add_command`` line."""
+``dashboard``, ``schedules``, ``prune`` -- each registered on :func:`main` below;
+``options`` holds the options several commands share, ``database`` opens the job
+database for a command, ``output`` prints. A new command is a module here and one
+``main.add_command`` line."""
 
 from __future__ import annotations
 

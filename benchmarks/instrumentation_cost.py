@@ -31,7 +31,7 @@ from benchmarks import runner
 from queuert_notify import instrumentation
 from queuert_notify.client import ChainSpec
 from queuert_notify.jobs import Job
-from state_adapters.protocol import StartedChain
+from state_adapters.model import StartedChain
 
 NAME = "instrumentation-cost"
 HELP = "µs per job run and per start_chains the instrumentation seam costs, with and without OTel"

@@ -8,8 +8,9 @@ from typing import Any
 
 from queuert_notify.completion_batcher import CompletionBatcher, CompletionResult
 from state_adapters.errors import JobOwnershipLostError
+from state_adapters.model import Completion, JobRecord
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion, JobRecord, StateAdapter
+from state_adapters.protocol import StateAdapter
 
 
 class Claimer:

@@ -30,8 +30,7 @@ from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.ids import new_id
 from state_adapters.lost_commit import start_again
-from state_adapters.notifications import NotificationBuffer, send_later, wait_for_notifications
-from state_adapters.protocol import (
+from state_adapters.model import (
     DEFAULT_PRUNE_BATCH_SIZE,
     FINAL_STATUSES,
     ChainRecord,
@@ -41,8 +40,9 @@ from state_adapters.protocol import (
     NewChain,
     Page,
     StartedChain,
-    StateAdapter,
 )
+from state_adapters.notifications import NotificationBuffer, send_later, wait_for_notifications
+from state_adapters.protocol import StateAdapter
 from state_adapters.validation import check_json, check_positive_int, new_chain, new_job
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from queuert_notify.errors import JobOwnershipLostError
+from state_adapters.model import Completion
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion
 
 logger = logging.getLogger(__name__)
 

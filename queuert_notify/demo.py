@@ -25,7 +25,7 @@ from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Handler, Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker import Worker, WorkerMode
-from state_adapters.protocol import ContinueWith
+from state_adapters.model import ContinueWith
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine

@@ -17,8 +17,8 @@ from queuert_notify.job_run import HandlerTimeout, JobRun
 from queuert_notify.jobs import Job, JobContext
 from state_adapters import validation
 from state_adapters.connection_loss import retry_on_connection_loss
+from state_adapters.model import Completion
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from queuert_notify.errors import ConfigurationError, InvalidInputError
 from queuert_notify.instrumentation import NO_RUN_TRACE, RunTrace
-from state_adapters.protocol import ContinueWith, JobRecord, StateAdapter
+from state_adapters.model import ContinueWith, JobRecord
+from state_adapters.protocol import StateAdapter
 
 if TYPE_CHECKING:
     from state_adapters.handler_transaction import HandlerTransaction

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
     from queuert_notify.client import ChainSpec
     from queuert_notify.jobs import Job
-    from state_adapters.protocol import StartedChain, StateAdapter
+    from state_adapters.model import StartedChain
+    from state_adapters.protocol import StateAdapter
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from queuert_notify.client import Client
 from queuert_notify.errors import ConfigurationError, InvalidInputError
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
+from state_adapters.model import NewChain, StartedChain
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.outage_log import OutageLog
-from state_adapters.protocol import NewChain, StartedChain
 from state_adapters.validation import (
     check_json,
     check_schedule_name,

@@ -15,7 +15,7 @@ from queuert_notify.client import CLOSE_FLUSH_LIMIT, DEFAULT_AWAIT_POLL_INTERVAL
 from queuert_notify.errors import InvalidInputError, WaitChainTimeoutError
 from queuert_notify.sync_announcers import announcer_for
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
-from state_adapters.protocol import FINAL_STATUSES, ChainRecord, DedupScope, StartedChain
+from state_adapters.model import FINAL_STATUSES, ChainRecord, DedupScope, StartedChain
 from state_adapters.schema import DEFAULT_TABLE_PREFIX
 from state_adapters.sync_state import SyncSession, SyncStateAdapter
 

@@ -37,8 +37,8 @@ from queuert_notify.wake_policy import WakePolicy
 from queuert_notify.wake_subscriptions import WakeSubscriptions
 from queuert_notify.worker_settings import WorkerMode, WorkerSettings
 from state_adapters.backoff import Backoff
+from state_adapters.model import JobRecord
 from state_adapters.notifications import wait_for_notifications
-from state_adapters.protocol import JobRecord
 
 __all__ = ["Worker", "WorkerMode", "WorkerSettings"]
 

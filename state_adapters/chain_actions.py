@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from state_adapters.errors import ChainInUseError, ChainNotFoundError, InvalidInputError
 from state_adapters.finishing import finalize_chains
+from state_adapters.model import ChainRecord
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import ChainRecord
 from state_adapters.records import chain_record
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from state_adapters import job_counts
 from state_adapters.chain_actions import read_chain
 from state_adapters.errors import InvalidInputError, JobNotFoundError
-from state_adapters.protocol import ALL_STATUSES, ChainRecord, JobRecord, JobStatus, Page
+from state_adapters.model import ALL_STATUSES, ChainRecord, JobRecord, JobStatus, Page
 from state_adapters.records import chain_record, job_record
 from state_adapters.validation import (
     check_id_cursor,

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Select, and_, bindparam, delete, exists, func, or_, select, type_coerce
 from sqlalchemy import update as update_rows
 
-from state_adapters.protocol import UNFINISHED_STATUSES
+from state_adapters.model import UNFINISHED_STATUSES
 from state_adapters.schema import Tables, json_type
 from state_adapters.sql_dialect import SqlDialect
 from state_adapters.statements import Query, job_columns

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from state_adapters.errors import JobOwnershipLostError
 from state_adapters.finishing import after_finalizing
+from state_adapters.model import Completion, JobRecord
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion, JobRecord
 from state_adapters.records import next_job_row
 from state_adapters.statements import Query
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from state_adapters.completion import ownership_lost
 from state_adapters.finishing import finalize_chains
+from state_adapters.model import FailureOutcome
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import FailureOutcome
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection

@@ -14,7 +14,8 @@ from state_adapters.errors import JobOwnershipLostError
 from state_adapters.notifications import Publisher
 
 if TYPE_CHECKING:
-    from state_adapters.protocol import Completion, StateAdapter
+    from state_adapters.model import Completion
+    from state_adapters.protocol import StateAdapter
 
 
 class HandlerTransaction:

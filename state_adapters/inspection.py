@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from state_adapters.errors import InvalidInputError
 from state_adapters.inspection_statements import InspectionStatements
-from state_adapters.protocol import ActivityMinute, ChainLinks, JobStatus, Page, QueueOverview
+from state_adapters.model import ActivityMinute, ChainLinks, JobStatus, Page, QueueOverview
 from state_adapters.records import chain_record
 from state_adapters.schema import Tables
 from state_adapters.validation import (

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Select, and_, bindparam, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from state_adapters.protocol import UNFINISHED_STATUSES
+from state_adapters.model import UNFINISHED_STATUSES
 from state_adapters.schema import SETTLED_ASIDE, SETTLED_ASIDE_STATUSES, Tables
 from state_adapters.sql_dialect import SqlDialect
 from state_adapters.statements import Query, job_columns

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 from sqlalchemy.exc import IntegrityError
 
+from state_adapters.model import NewChain, StartedChain
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import NewChain, StartedChain, StateAdapter
+from state_adapters.protocol import StateAdapter
 
 logger = logging.getLogger(__name__)
 

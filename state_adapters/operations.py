@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from state_adapters import pruning, schedule_ticks, starting, validation
 from state_adapters.ids import new_id
+from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, NewChain, StartedChain
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import DEFAULT_PRUNE_BATCH_SIZE, NewChain, StartedChain
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection

@@ -22,8 +22,8 @@ from state_adapters.chain_statements import ChainStatements
 from state_adapters.compiled import CompiledStatements
 from state_adapters.completion import Completed, FinishedJob
 from state_adapters.database import Conn
+from state_adapters.model import JobRecord
 from state_adapters.postgres_statements import NEEDS_TRANSACTION, PostgresStatements
-from state_adapters.protocol import JobRecord
 from state_adapters.schema import Tables
 from state_adapters.statements import JOB_FIELDS, Statements
 

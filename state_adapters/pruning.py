@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import Delete, Select, and_, delete, exists, false, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from state_adapters.protocol import DEFAULT_PRUNE_BATCH_SIZE
+from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE
 from state_adapters.schema import Tables
 from state_adapters.sql_dialect import SqlDialect
 

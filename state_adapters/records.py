@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import RowMapping
 
 from state_adapters.ids import new_id
-from state_adapters.protocol import ChainRecord, JobRecord, NewJob
+from state_adapters.model import ChainRecord, JobRecord, NewJob
 from state_adapters.statements import JOB_FIELDS
 
 

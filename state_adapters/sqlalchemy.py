@@ -40,17 +40,17 @@ from state_adapters.database import database_for
 from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.handler_transaction import HandlerTransaction
 from state_adapters.inspection import Inspection
-from state_adapters.notifications import NotificationBuffer
-from state_adapters.operations import QueueOperations
-from state_adapters.protocol import (
+from state_adapters.model import (
     ChainRecord,
     Completion,
     FailureOutcome,
     JobRecord,
     NewChain,
     StartedChain,
-    StateAdapter,
 )
+from state_adapters.notifications import NotificationBuffer
+from state_adapters.operations import QueueOperations
+from state_adapters.protocol import StateAdapter
 from state_adapters.schema import DEFAULT_TABLE_PREFIX, make_tables
 from state_adapters.sqlite_connections import SQLITE_SYNCHRONOUS, SqliteSynchronous
 from state_adapters.statements import Query

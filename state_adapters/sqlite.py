@@ -38,7 +38,7 @@ from state_adapters.compiled import CompiledStatements
 from state_adapters.completion import Completed, FinishedJob
 from state_adapters.database import Conn
 from state_adapters.finishing import finalize
-from state_adapters.protocol import JobRecord
+from state_adapters.model import JobRecord
 from state_adapters.schema import Tables, UtcDateTime
 from state_adapters.sqlite_connections import READ_ONLY, SqliteSynchronous, configure_engine
 from state_adapters.sqlite_driver import driver_transaction

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from state_adapters.errors import ChainNotFoundError
 from state_adapters.ids import new_id
+from state_adapters.model import NewChain, StartedChain
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import NewChain, StartedChain
 from state_adapters.records import job_row
 from state_adapters.sqlite_driver import DriverTransaction
 

@@ -41,7 +41,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from state_adapters.protocol import JobRecord
+from state_adapters.model import JobRecord
 from state_adapters.schema import Tables, UtcDateTime, json_type
 from state_adapters.sql_dialect import SqlDialect
 

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from state_adapters.errors import InvalidInputError
-from state_adapters.protocol import ALL_STATUSES, Completion, ContinueWith, NewChain, NewJob
+from state_adapters.model import ALL_STATUSES, Completion, ContinueWith, NewChain, NewJob
 from state_adapters.schema import ID_LENGTH, SCHEDULE_NAME_LENGTH, WORKER_ID_LENGTH
 
 MAX_TYPE_NAME_LENGTH = 200

@@ -28,8 +28,8 @@ from queuert_notify import NoopNotifyAdapter
 from queuert_notify.client import ChainSpec, Client
 from queuert_notify.testing import Recorder
 from state_adapters.ids import new_id
+from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import NewChain, NewJob
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from tests.support.queue_helpers import STATE_KINDS, CountingState
 from tests.test_postgres_notify import libpq_dsn

@@ -11,8 +11,8 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.model import Completion, NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion, NewChain, NewJob
 from tests.support.queue_helpers import drop_tables
 
 pytest_plugins = ["tests.support.queue_fixtures"]  # ``state`` on the engine below

@@ -21,8 +21,8 @@ from queuert_notify.cli.dashboard import is_loopback
 from queuert_notify.dashboard import create_app, live, pages
 from queuert_notify.dashboard.live import REFRESH_WITH_NOTIFY
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.model import Completion, ContinueWith, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion, ContinueWith, NewJob
 from tests.support.dashboard_server import served
 
 pytestmark = pytest.mark.timeout(60)

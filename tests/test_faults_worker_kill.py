@@ -13,8 +13,8 @@ import pytest
 
 from queuert_notify.client import ChainSpec, Client
 from queuert_notify.errors import JobOwnershipLostError
+from state_adapters.model import Completion, ContinueWith, JobRecord, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion, ContinueWith, JobRecord, NewJob
 from tests.support.queue_helpers import wait_until
 from tests.support.worker_processes import WorkerProcesses, effect_counts
 

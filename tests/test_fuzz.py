@@ -29,7 +29,7 @@ from queuert_notify.notify.payloads import (
 )
 from queuert_notify.testing import Recorder
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
-from state_adapters.protocol import StartedChain
+from state_adapters.model import StartedChain
 from state_adapters.validation import (
     JSON_INT_MAX,
     JSON_INT_MIN,

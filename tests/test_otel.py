@@ -353,8 +353,8 @@ async def test_a_chain_started_by_a_sync_client_runs_in_the_trace_of_its_request
 async def test_a_job_stored_without_a_usable_trace_context_runs_in_a_trace_of_its_own(
     client: Client, telemetry: Telemetry, stored: str | None
 ) -> None:
+    from state_adapters.model import NewChain, NewJob
     from state_adapters.notifications import NotificationBuffer
-    from state_adapters.protocol import NewChain, NewJob
 
     async def handled(job: Job, ctx: JobContext) -> Any:
         return None

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from queuert_notify.errors import JobOwnershipLostError
+from state_adapters.model import Completion, ContinueWith, NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion, ContinueWith, NewChain, NewJob
 from tests.support.queue_helpers import STATE_KINDS
 
 pytest_plugins = ["tests.support.queue_fixtures"]

@@ -125,8 +125,8 @@ async def test_an_application_schema_and_alembic_history_are_left_alone(
 
 
 async def _start(state: SqlAlchemyStateAdapter) -> Any:
+    from state_adapters.model import NewChain, NewJob
     from state_adapters.notifications import NotificationBuffer
-    from state_adapters.protocol import NewChain, NewJob
 
     (started,) = await state.start_chains([NewChain(NewJob("t"))], notes=NotificationBuffer())
     return started

@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify.errors import ConfigurationError
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.model import Completion, ContinueWith, NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion, ContinueWith, NewChain, NewJob
 from tests.support.queue_helpers import drop_tables
 
 

@@ -15,10 +15,10 @@ from queuert_notify.cli.options import (
     table_prefix_option,
 )
 from queuert_notify.cli.output import console, record, run, short, to_json, when
-from state_adapters.protocol import ALL_STATUSES
+from state_adapters.model import ALL_STATUSES
 
 if TYPE_CHECKING:
-    from state_adapters.protocol import JobStatus
+    from state_adapters.model import JobStatus
     from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 
 

@@ -14,15 +14,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from state_adapters.errors import ChainNotFoundError, InvalidInputError
-from state_adapters.protocol import (
+from state_adapters.model import (
     ALL_STATUSES,
     FINAL_STATUSES,
     UNFINISHED_STATUSES,
     ChainRecord,
     JobRecord,
     QueueOverview,
-    StateAdapter,
 )
+from state_adapters.protocol import StateAdapter
 
 WINDOW = timedelta(hours=1)
 """The overview's throughput window."""

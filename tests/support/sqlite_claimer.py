@@ -13,8 +13,8 @@ import sys
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.model import Completion
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion
 
 
 async def claim_until_empty(path: str, table_prefix: str, worker_id: str) -> None:

@@ -21,12 +21,8 @@ from queuert_notify.testing.state_cases.support import (
     token,
     total_jobs,
 )
+from state_adapters.model import Completion, ContinueWith, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import (
-    Completion,
-    ContinueWith,
-    NewJob,
-)
 
 
 class ActionsCases:

@@ -14,11 +14,8 @@ from queuert_notify.testing.state_cases.support import (
     start,
     total_jobs,
 )
+from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import (
-    NewChain,
-    NewJob,
-)
 
 
 class DeduplicationCases:

@@ -10,8 +10,8 @@ import pytest
 
 from queuert_notify.testing.state_cases.support import claim_one, complete, start, token
 from state_adapters.errors import InvalidInputError
+from state_adapters.model import Completion, ContinueWith, NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion, ContinueWith, NewChain, NewJob
 
 
 class InspectingCases:

@@ -10,12 +10,8 @@ from queuert_notify.testing.state_cases.support import (
     start,
     token,
 )
+from state_adapters.model import Completion, ContinueWith, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import (
-    Completion,
-    ContinueWith,
-    NewJob,
-)
 
 
 class ListingCases:

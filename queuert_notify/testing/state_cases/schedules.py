@@ -10,8 +10,8 @@ import pytest
 
 from queuert_notify.testing.state_cases.support import claim_one, complete, total_jobs
 from state_adapters.errors import InvalidInputError
+from state_adapters.model import NewChain, NewJob, StartedChain
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import NewChain, NewJob, StartedChain
 
 TICK = datetime(2030, 1, 1, 3, 0, tzinfo=UTC)
 

@@ -21,13 +21,8 @@ from queuert_notify.testing.state_cases.support import (
     total_jobs,
 )
 from state_adapters.ids import new_id
+from state_adapters.model import Completion, ContinueWith, NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import (
-    Completion,
-    ContinueWith,
-    NewChain,
-    NewJob,
-)
 
 
 class StartingCases:

@@ -9,14 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from state_adapters.model import Completion, JobRecord, NewChain, NewJob, StartedChain
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import (
-    Completion,
-    JobRecord,
-    NewChain,
-    NewJob,
-    StartedChain,
-)
 
 SHORT_LEASE = 0.3
 """Seconds; tests that need a lease to expire sleep a little longer than this."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from queuert_notify.testing.state_cases.support import claim_one, start, token
+from state_adapters.model import Completion, ContinueWith, NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import Completion, ContinueWith, NewChain, NewJob
 
 _FIRST = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
 _NEXT = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"}'

@@ -17,13 +17,8 @@ from queuert_notify.testing.state_cases.support import (
     start,
     token,
 )
+from state_adapters.model import Completion, NewChain, NewJob, StartedChain
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.protocol import (
-    Completion,
-    NewChain,
-    NewJob,
-    StartedChain,
-)
 
 
 class TransactionsCases:

@@ -66,3 +66,18 @@ class LoopWatchdog:
                     self._on_lag(lag, before | frozenset(self._active()))
                 except Exception:
                     logger.exception("loop lag callback failed")
+
+
+def warn_blocked(lag: float, job_ids: Iterable[str], *, worker_id: str) -> tuple[str, ...]:
+    """Log that the loop was blocked ``lag`` seconds while these jobs ran, with the
+    usual cause and its fix; returns the job ids, sorted."""
+    running = tuple(sorted(job_ids))
+    logger.warning(
+        "event loop blocked for %.2fs while jobs %s were running; a handler is probably "
+        "doing blocking work in an async def (make it a plain def, which runs in a "
+        "thread, or wrap the blocking call in asyncio.to_thread)",
+        lag,
+        ", ".join(running) or "(none)",
+        extra={"worker_id": worker_id, "job_ids": list(running), "lag": lag},
+    )
+    return running

@@ -84,6 +84,7 @@ class WakePolicy:
         self._due_streak = 0
         self._hint_retry_at = float("-inf")
         self._hint_outage = OutageLog(logger, "consume_wake_hint")
+        self._hint_tasks: set[asyncio.Task[None]] = set()
 
     # -- events ----------------------------------------------------------------------
 
@@ -97,9 +98,25 @@ class WakePolicy:
     def more_may_wait(self) -> None:
         self.more = True
 
-    def busy(self, type_name: str) -> None:
-        """A notification arrived while every slot was busy: ask when one frees."""
-        self._recheck.add(type_name)
+    def announced(self, type_name: str, free_slots: int, wake: asyncio.Event) -> None:
+        """Jobs of ``type_name`` became pending. With a free slot, ask the wake budget
+        for one unit (in a task of its own) and set ``wake`` when it is granted; with
+        none, leave the hint to an idle worker and ask when a slot frees."""
+        if free_slots <= 0:
+            self._recheck.add(type_name)
+            return
+        task = asyncio.create_task(self._consume_hint(type_name, wake))
+        self._hint_tasks.add(task)
+        task.add_done_callback(self._hint_tasks.discard)
+
+    def tasks(self) -> set[asyncio.Task[None]]:
+        """The wake-budget requests under way (cancelled when the worker stops)."""
+        return set(self._hint_tasks)
+
+    async def _consume_hint(self, type_name: str, wake: asyncio.Event) -> None:
+        if await self.hint_granted(type_name):
+            self.granted()
+            wake.set()
 
     def claimed(self, type_names: Iterable[str], got: int, free: int) -> None:
         """A claim of ``free`` slots got ``got`` jobs (of ``type_names``)."""

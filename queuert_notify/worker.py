@@ -25,7 +25,7 @@ from queuert_notify.job_outcome import OutcomeWriter
 from queuert_notify.job_run import JobRun
 from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
 from queuert_notify.lease_keeper import LeaseKeeper
-from queuert_notify.loop_watchdog import LoopWatchdog
+from queuert_notify.loop_watchdog import LoopWatchdog, warn_blocked
 from queuert_notify.notify.protocol import Unsubscribe
 from queuert_notify.pruner import Pruner
 from queuert_notify.reaper import Reaper
@@ -167,7 +167,6 @@ class Worker:
         self._shutdown = Shutdown(drain_timeout)
         self._started = asyncio.Event()
         self._done = asyncio.Event()
-        self._hint_tasks: set[asyncio.Task[None]] = set()
         self._subscriptions = WakeSubscriptions(
             client.notify,
             self.type_names,
@@ -320,7 +319,7 @@ class Worker:
             self._abandon(runs)
         until = self._shutdown.give_up_at or loop.time() + CLOSE_FLUSH_LIMIT
         retrying = self._subscriptions.background_task()
-        own = [*self._timers, *self._hint_tasks, *([retrying] if retrying else [])]
+        own = [*self._timers, *self._policy.tasks(), *([retrying] if retrying else [])]
         for task in own:
             task.cancel()
         await settle([*runs, *own], until)
@@ -388,20 +387,8 @@ class Worker:
     # -- reasons to claim ------------------------------------------------------------
 
     def _on_job_scheduled(self, type_name: str) -> None:
-        if self._shutdown.requested:
-            return
-        if self._slots.free() <= 0:
-            # Busy: leave the hint to an idle worker; ask for it when a slot frees.
-            self._policy.busy(type_name)
-            return
-        task = asyncio.create_task(self._consume_hint(type_name))
-        self._hint_tasks.add(task)
-        task.add_done_callback(self._hint_tasks.discard)
-
-    async def _consume_hint(self, type_name: str) -> None:
-        if await self._policy.hint_granted(type_name):
-            self._policy.granted()
-            self._wake.set()
+        if not self._shutdown.requested:
+            self._policy.announced(type_name, self._slots.free(), self._wake)
 
     def _on_reconnect(self) -> None:
         # Notifications may have been missed while the transport was down, or the
@@ -548,16 +535,8 @@ class Worker:
                     await unsubscribe()
 
     def _on_loop_lag(self, lag: float, job_ids: frozenset[str]) -> None:
-        running = sorted(job_ids)
-        logger.warning(
-            "event loop blocked for %.2fs while jobs %s were running; a handler is probably "
-            "doing blocking work in an async def (make it a plain def, which runs in a "
-            "thread, or wrap the blocking call in asyncio.to_thread)",
-            lag,
-            ", ".join(running) or "(none)",
-            extra={"worker_id": self.worker_id, "job_ids": running, "lag": lag},
-        )
-        self._emit("loop_blocked", lag=lag, job_ids=tuple(running))
+        running = warn_blocked(lag, job_ids, worker_id=self.worker_id)
+        self._emit("loop_blocked", lag=lag, job_ids=running)
 
 
 def _job_extra(job: Job, worker_id: str) -> dict[str, Any]:

@@ -59,6 +59,9 @@ class NewJob:
     """Stored with the job and returned on its :class:`JobRecord`, never read by the
     adapter: how an instrumentation (``queuert_notify.otel``) continues the trace of
     the request that made the job in the process that runs it."""
+    concurrency_key: str | None = None
+    """The key ``key_concurrency`` counts running jobs by (e.g. a customer id). A
+    chain's next job takes its predecessor's key unless it is given one."""
     validated: bool = field(default=False, repr=False, compare=False)
     """Set by :func:`state_adapters.validation.new_job` only: the adapter does not walk
     a job built there again (validation runs once per write)."""
@@ -120,6 +123,7 @@ class JobRecord:
     progress: Any
     trace_context: str | None = None
     """As given on the :class:`NewJob` (``None`` from adapters that do not store it)."""
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +165,31 @@ class FailureOutcome:
 
     status: Literal["pending", "failed"]
     retry_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TypeLimits:
+    """What is set for one job type (:meth:`StateAdapter.type_controls`); ``None``: no
+    such limit."""
+
+    type_name: str
+    paused: bool = False
+    concurrency: int | None = None
+    """Running jobs of the type at most, across all workers."""
+    key_concurrency: int | None = None
+    """Running jobs per ``concurrency_key`` at most."""
+    rate: int | None = None
+    """Starts per ``per_seconds`` at most, in any window of that length."""
+    per_seconds: float | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit is set (claims then take the type's lock)."""
+        return (
+            self.concurrency is not None
+            or self.key_concurrency is not None
+            or self.rate is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +461,39 @@ class StateAdapter(Protocol):
 
     async def schedule_ticks(self, names: Sequence[str]) -> Mapping[str, datetime]:
         """The last tick recorded for each of these schedules that has one."""
+
+    # -- operating the queue ---------------------------------------------------------
+
+    async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
+        """Stop every worker from claiming jobs of ``type_name`` (running ones finish);
+        stored, so it holds for workers started later, until :meth:`resume_type`."""
+        ...
+
+    async def resume_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
+        """Let workers claim ``type_name`` again; notes its pending jobs as scheduled, so
+        idle workers wake at once."""
+        ...
+
+    async def paused_types(self) -> set[str]:
+        """The types paused now."""
+        ...
+
+    async def set_limits(
+        self,
+        type_name: str,
+        *,
+        concurrency: int | None,
+        key_concurrency: int | None,
+        rate: int | None,
+        per_seconds: float | None,
+        notes: NotificationBuffer,
+    ) -> TypeLimits:
+        """Replace the limits of ``type_name`` (``None`` lifts one), held across every
+        worker and process; ``rate`` needs ``per_seconds``. Returns what is set."""
+        ...
+
+    async def type_controls(self) -> list[TypeLimits]:
+        """Every type that is paused or limited, by name."""
         ...
 
     # -- what a worker's loop uses ---------------------------------------------------
@@ -475,7 +537,33 @@ class StateAdapter(Protocol):
 class StateAdapterBase:
     """Defaults for the worker-loop capabilities of :class:`StateAdapter`, for adapters
     without a faster way: completions and claims in separate calls, no connections
-    kept. Subclass it and implement the rest of the protocol."""
+    kept; and for operating the queue: nothing is ever paused or limited, and pausing
+    or setting limits raises ``ConfigurationError``. Subclass it and implement the
+    rest of the protocol."""
+
+    async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
+        raise _unsupported(self, "pause_type")
+
+    async def resume_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
+        raise _unsupported(self, "resume_type")
+
+    async def paused_types(self) -> set[str]:
+        return set()
+
+    async def set_limits(
+        self,
+        type_name: str,
+        *,
+        concurrency: int | None,
+        key_concurrency: int | None,
+        rate: int | None,
+        per_seconds: float | None,
+        notes: NotificationBuffer,
+    ) -> TypeLimits:
+        raise _unsupported(self, "limits (set_limits)")
+
+    async def type_controls(self) -> list[TypeLimits]:
+        return []
 
     @property
     def completes_with_claims(self) -> bool:

@@ -78,7 +78,14 @@ def _client_variant(state: str, args: argparse.Namespace, folder: Path) -> runne
         finally:
             client.close()
             with engine.begin() as conn:
-                for table in ("blockers", "dedup_keys", "jobs", "chains", "alembic_version"):
+                for table in (
+                    "blockers",
+                    "dedup_keys",
+                    "type_controls",
+                    "jobs",
+                    "chains",
+                    "alembic_version",
+                ):
                     conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
             engine.dispose()
 

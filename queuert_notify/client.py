@@ -40,6 +40,7 @@ from state_adapters.model import (
     NewChain,
     Page,
     StartedChain,
+    TypeLimits,
 )
 from state_adapters.notifications import NotificationBuffer, send_later, wait_for_notifications
 from state_adapters.protocol import StateAdapter
@@ -76,6 +77,7 @@ class ChainSpec:
     priority: int = 0
     blockers: Sequence[str] = ()
     max_attempts: int | None = DEFAULT_MAX_ATTEMPTS
+    concurrency_key: str | None = None
 
     def to_new_chain(
         self, chain_id: str | None = None, *, trace_context: str | None = None
@@ -91,6 +93,7 @@ class ChainSpec:
             priority=self.priority,
             max_attempts=self.max_attempts,
             trace_context=trace_context,
+            concurrency_key=self.concurrency_key,
         )
         return new_chain(
             job,
@@ -179,6 +182,7 @@ class Client:
         priority: int = 0,
         blockers: Sequence[str] = (),
         max_attempts: int | None = DEFAULT_MAX_ATTEMPTS,
+        concurrency_key: str | None = None,
     ) -> StartedChain:
         """Start a chain whose first job is ``type_name`` with ``input``.
 
@@ -188,8 +192,10 @@ class Client:
         ``deduplicated=True``) instead of creating one; ``run_at`` (timezone-aware) or
         ``delay`` (seconds) postpone it; ``blockers`` are chain ids that must complete
         first; ``max_attempts`` bounds the runs of every job of the chain (its
-        continuations inherit it; ``None`` retries forever). Invalid arguments raise
-        ``InvalidInputError`` before anything is written.
+        continuations inherit it; ``None`` retries forever); ``concurrency_key`` is
+        what a type's ``key_concurrency`` limit counts by (e.g. ``"customer-42"``; its
+        continuations inherit it). Invalid arguments raise ``InvalidInputError``
+        before anything is written.
         """
         spec = ChainSpec(
             type_name=type_name,
@@ -202,6 +208,7 @@ class Client:
             priority=priority,
             blockers=blockers,
             max_attempts=max_attempts,
+            concurrency_key=concurrency_key,
         )
         (started,) = await self.start_chains([spec], session=session)
         return started
@@ -475,6 +482,53 @@ class Client:
             return chain
 
         return await self._write(session, finish, again=finish_again)
+
+    # -- operating the queue ---------------------------------------------------------
+
+    async def pause_type(self, type_name: str) -> None:
+        """Stop every worker from claiming jobs of ``type_name``, including workers
+        started later; running jobs finish. Stored in the database until
+        :meth:`resume_type`. Safe to repeat."""
+        await self._write(None, lambda notes: self.state.pause_type(type_name, notes=notes))
+
+    async def resume_type(self, type_name: str) -> None:
+        """Let workers claim ``type_name`` again and wake idle ones at once (one
+        ``notify_jobs_scheduled`` with its due jobs). Safe to repeat."""
+        await self._write(None, lambda notes: self.state.resume_type(type_name, notes=notes))
+
+    async def paused_types(self) -> set[str]:
+        """The job types paused now."""
+        return await self._retried(None, self.state.paused_types)
+
+    async def set_limits(
+        self,
+        type_name: str,
+        *,
+        concurrency: int | None = None,
+        key_concurrency: int | None = None,
+        rate: int | None = None,
+        per: timedelta | None = None,
+    ) -> TypeLimits:
+        """Set the limits of ``type_name``, held across every worker and process:
+        ``concurrency`` running jobs of the type, ``key_concurrency`` running jobs per
+        ``concurrency_key`` (see :meth:`start_chain`), ``rate`` jobs started per ``per``
+        in any window of that length. Every call replaces all four; ``None`` lifts a
+        limit (no arguments: none). Workers follow within a second. Bad values raise
+        ``InvalidInputError`` before anything is written. Safe to repeat."""
+        if per is not None and not isinstance(per, timedelta):
+            raise InvalidInputError(f"per must be a timedelta (or None), got {per!r}")
+        seconds = None if per is None else per.total_seconds()
+        return await self._write(
+            None,
+            lambda notes: self.state.set_limits(
+                type_name,
+                concurrency=concurrency,
+                key_concurrency=key_concurrency,
+                rate=rate,
+                per_seconds=seconds,
+                notes=notes,
+            ),
+        )
 
     # -- state calls -----------------------------------------------------------------
 

@@ -51,6 +51,8 @@ class Job:
     priority: int
     created_at: datetime
     scheduled_at: datetime
+    concurrency_key: str | None = None
+    """What the type's ``key_concurrency`` limit counts this job by."""
 
     @classmethod
     def from_record(cls, record: JobRecord) -> Job:
@@ -65,6 +67,7 @@ class Job:
             priority=record.priority,
             created_at=record.created_at,
             scheduled_at=record.scheduled_at,
+            concurrency_key=record.concurrency_key,
         )
 
 
@@ -155,11 +158,13 @@ class JobContext:
         delay: float | None = None,
         priority: int = 0,
         max_attempts: int | Inherit | None = Inherit.CHAIN,
+        concurrency_key: str | None = None,
     ) -> ContinueWith:
         """A marker to ``return`` from the handler: complete this job by creating the
         chain's next job of ``type_name`` (validated now, written with the completion).
         The next job gets this job's ``max_attempts`` unless given (``None``: retry
-        forever). Calling this without returning its result fails the attempt."""
+        forever), and this job's ``concurrency_key`` unless given. Calling this without
+        returning its result fails the attempt."""
         continuation = ContinueWith(
             job=new_job(
                 type_name,
@@ -172,6 +177,7 @@ class JobContext:
                 else max_attempts,
                 # The next job's run continues this run's trace, in whatever process.
                 trace_context=self._trace.continuation_context(),
+                concurrency_key=concurrency_key,
             )
         )
         self._continuations.append(continuation)

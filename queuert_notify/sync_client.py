@@ -90,6 +90,7 @@ class SyncClient:
         priority: int = 0,
         blockers: Sequence[str] = (),
         max_attempts: int | None = DEFAULT_MAX_ATTEMPTS,
+        concurrency_key: str | None = None,
     ) -> StartedChain:
         """Start a chain whose first job is ``type_name`` with ``input``; options and
         result as :meth:`Client.start_chain`. Invalid arguments raise
@@ -105,6 +106,7 @@ class SyncClient:
             priority=priority,
             blockers=blockers,
             max_attempts=max_attempts,
+            concurrency_key=concurrency_key,
         )
         (started,) = self.start_chains([spec], session=session)
         return started

@@ -6,7 +6,7 @@ the same connection when the caller wants one."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -51,12 +51,16 @@ async def complete(
     *,
     alone: bool = False,
     records: bool = True,
-    claim: Query | None = None,
+    claim: Query | Callable[[Conn], Awaitable[list[JobRecord]]] | None = None,
+    limited: frozenset[str] = frozenset(),
 ) -> tuple[list[Any], list[JobRecord]]:
     """Complete ``completions``: per completion the completed job (a ``JobRecord``,
     or without ``records`` only its id and chain position) or a
     ``JobOwnershipLostError`` (a stale token, or a job completed twice in the batch);
-    with ``claim``, then run that claim and return its jobs in claim order."""
+    with ``claim`` (a claim statement, or a function that claims on ``conn``), then run
+    that claim and return its jobs in claim order. A
+    completed job of a ``limited`` type frees a slot: its type is noted as
+    scheduled, so a job held back by the limit starts at once."""
     first: dict[str, Completion] = {}
     for completion in completions:
         first.setdefault(completion.job_id, completion)
@@ -79,8 +83,17 @@ async def complete(
     for row in next_jobs:
         if row["previous_id"] in done:
             notes.job_scheduled(row["type_name"])
+    if limited:
+        for record in done.values():
+            if record.type_name in limited:
+                notes.job_scheduled(record.type_name)
     await after_finalizing(db, conn, notes, finalized)
-    claimed = [] if claim is None else await claim_jobs(db, conn, claim)
+    if claim is None:
+        claimed = []
+    elif isinstance(claim, Query):
+        claimed = await claim_jobs(db, conn, claim)
+    else:
+        claimed = await claim(conn)  # claims of limited types, then the plain claim
     results: list[Any] = []
     seen: set[str] = set()
     for completion in completions:

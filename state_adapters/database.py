@@ -59,6 +59,12 @@ class Database(Protocol):
         (claims, completions, plain starts), committed when the block ends."""
         ...
 
+    def locking_transaction(self, conn: AsyncConnection) -> AbstractAsyncContextManager[Conn]:
+        """A transaction on ``conn`` (a held connection) that keeps the locks its
+        statements take until it ends, committed when the block ends and rolled back
+        if it raises (a claim of a limited type: :mod:`state_adapters.limited_claims`)."""
+        ...
+
     def configure(self, engine: AsyncEngine | Engine) -> None:
         """Give another engine on this database the connection settings the queue
         needs (``SyncClient``'s sync engine)."""

@@ -41,6 +41,9 @@ class NewJob:
     """Stored with the job and returned on its :class:`JobRecord`, never read by the
     adapter: how an instrumentation (``queuert_notify.otel``) continues the trace of
     the request that made the job in the process that runs it."""
+    concurrency_key: str | None = None
+    """The key ``key_concurrency`` counts running jobs by (e.g. a customer id). A
+    chain's next job takes its predecessor's key unless it is given one."""
     validated: bool = field(default=False, repr=False, compare=False)
     """Set by :func:`state_adapters.validation.new_job` only: the adapter does not walk
     a job built there again (validation runs once per write)."""
@@ -102,6 +105,7 @@ class JobRecord:
     progress: Any
     trace_context: str | None = None
     """As given on the :class:`NewJob` (``None`` from adapters that do not store it)."""
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,31 @@ class FailureOutcome:
 
     status: Literal["pending", "failed"]
     retry_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TypeLimits:
+    """What is set for one job type (:meth:`StateAdapter.type_controls`); ``None``: no
+    such limit."""
+
+    type_name: str
+    paused: bool = False
+    concurrency: int | None = None
+    """Running jobs of the type at most, across all workers."""
+    key_concurrency: int | None = None
+    """Running jobs per ``concurrency_key`` at most."""
+    rate: int | None = None
+    """Starts per ``per_seconds`` at most, in any window of that length."""
+    per_seconds: float | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit is set (claims then take the type's lock)."""
+        return (
+            self.concurrency is not None
+            or self.key_concurrency is not None
+            or self.rate is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)

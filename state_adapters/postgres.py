@@ -106,6 +106,16 @@ class Postgres:
         async with conn.begin():
             yield conn
 
+    @asynccontextmanager
+    async def locking_transaction(self, conn: AsyncConnection) -> AsyncIterator[Conn]:
+        """``BEGIN`` sent on the held connection, which otherwise autocommits each
+        statement (no pool checkout, no change of isolation level); psycopg ends
+        the server's transaction when SQLAlchemy's ends (COMMIT, or ROLLBACK if the
+        block raises)."""
+        async with conn.begin():
+            await conn.exec_driver_sql("BEGIN")
+            yield conn
+
     async def take_migration_lock(self, connection: AsyncConnection, name: str) -> None:
         """A transaction-scoped advisory lock keyed by ``name``."""
         digest = hashlib.sha256(f"queuert-notify:migrate:{name}".encode()).digest()
@@ -147,7 +157,7 @@ class Postgres:
         finalized: list[tuple[str, bool]] = []
         for row in rows:
             # The job's columns, then the chain it made final and whether jobs wait on it.
-            done[row[0]] = JobRecord(*row[:_JOB_WIDTH]) if records else True
+            done[row[0]] = JobRecord(*row[:_JOB_WIDTH]) if records else row
             chain_id, has_dependents = row[_JOB_WIDTH : _JOB_WIDTH + 2]
             if chain_id is not None:
                 finalized.append((chain_id, bool(has_dependents)))

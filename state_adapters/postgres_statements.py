@@ -90,6 +90,7 @@ class PostgresStatements:
                 "dedup_key": row["deduplication_key"],
                 "blockers_pending": row["blockers_pending"],
                 "trace_context": row["trace_context"],
+                "concurrency_key": row["concurrency_key"],
             }
             for row in job_rows
         ]
@@ -114,6 +115,7 @@ class PostgresStatements:
             dedup_key=String(),
             blockers_pending=Integer(),
             trace_context=String(),
+            concurrency_key=String(),
         )
         new_chains = (
             insert(t.chains)
@@ -138,6 +140,7 @@ class PostgresStatements:
             "deduplication_key": rows.c.dedup_key,
             "blockers_pending": rows.c.blockers_pending,
             "trace_context": rows.c.trace_context,
+            "concurrency_key": rows.c.concurrency_key,
         }
         return (
             insert(t.jobs)
@@ -158,8 +161,8 @@ class PostgresStatements:
         and make finished chains final, in one statement of fixed shape.
 
         ``next_jobs``: rows with ``previous_id``, created only if that job completed.
-        Rows: every completed job (whole with ``records``; else only its ``id``, the
-        other columns null so the row has the same places), plus ``finalized_id``
+        Rows: every completed job (whole with ``records``; else only its ``id`` and
+        ``type_name``, the other columns null so the row has the same places), plus ``finalized_id``
         and ``has_dependents`` for the chains it made final. A chain row that another
         transaction holds is waited for and then read as committed, so
         ``has_dependents`` is current.
@@ -185,6 +188,7 @@ class PostgresStatements:
                 "scheduled_at": row["scheduled_at"].isoformat(),
                 "max_attempts": row["max_attempts"],
                 "trace_context": row["trace_context"],
+                "concurrency_key": row["concurrency_key"],
             }
             for row in next_jobs
         ]
@@ -207,7 +211,8 @@ class PostgresStatements:
         return (
             select(
                 done.c.id,
-                *(null() for _ in self.job_columns[1:]),
+                done.c.type_name,
+                *(null() for _ in self.job_columns[2:]),
                 *self._finalization_columns(final),
             )
             .select_from(done.outerjoin(final, final.c.id == done.c.chain_id))
@@ -244,7 +249,17 @@ class PostgresStatements:
         given = _json_records(
             "done", id=String(), token=String(), output=_JSONB, finishes=Boolean()
         )
-        returned = self.job_columns if records else [jobs.c.id, jobs.c.chain_id, jobs.c.chain_index]
+        returned = (
+            self.job_columns
+            if records
+            else [
+                jobs.c.id,
+                jobs.c.type_name,
+                jobs.c.chain_id,
+                jobs.c.chain_index,
+                jobs.c.concurrency_key,
+            ]
+        )
         done = (
             update(jobs)
             .where(
@@ -269,6 +284,7 @@ class PostgresStatements:
             scheduled_at=DateTime(timezone=True),
             max_attempts=Integer(),
             trace_context=String(),
+            concurrency_key=String(),
         )
         next_values = {
             "id": follow.c.id,
@@ -284,6 +300,8 @@ class PostgresStatements:
             "max_attempts": follow.c.max_attempts,
             "blockers_pending": literal(0),
             "trace_context": follow.c.trace_context,
+            # A continuation keeps its chain's key unless given one.
+            "concurrency_key": func.coalesce(follow.c.concurrency_key, done.c.concurrency_key),
         }
         continued = (
             insert(jobs)

@@ -28,6 +28,7 @@ from state_adapters.model import (
     Page,
     QueueOverview,
     StartedChain,
+    TypeLimits,
 )
 
 # Only type-checking imports from queuert_notify: it imports this module at
@@ -261,6 +262,39 @@ class StateAdapter(Protocol):
 
     async def schedule_ticks(self, names: Sequence[str]) -> Mapping[str, datetime]:
         """The last tick recorded for each of these schedules that has one."""
+
+    # -- operating the queue ---------------------------------------------------------
+
+    async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
+        """Stop every worker from claiming jobs of ``type_name`` (running ones finish);
+        stored, so it holds for workers started later, until :meth:`resume_type`."""
+        ...
+
+    async def resume_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
+        """Let workers claim ``type_name`` again; notes its pending jobs as scheduled, so
+        idle workers wake at once."""
+        ...
+
+    async def paused_types(self) -> set[str]:
+        """The types paused now."""
+        ...
+
+    async def set_limits(
+        self,
+        type_name: str,
+        *,
+        concurrency: int | None,
+        key_concurrency: int | None,
+        rate: int | None,
+        per_seconds: float | None,
+        notes: NotificationBuffer,
+    ) -> TypeLimits:
+        """Replace the limits of ``type_name`` (``None`` lifts one), held across every
+        worker and process; ``rate`` needs ``per_seconds``. Returns what is set."""
+        ...
+
+    async def type_controls(self) -> list[TypeLimits]:
+        """Every type that is paused or limited, by name."""
         ...
 
     # -- what a worker's loop uses ---------------------------------------------------
@@ -304,7 +338,33 @@ class StateAdapter(Protocol):
 class StateAdapterBase:
     """Defaults for the worker-loop capabilities of :class:`StateAdapter`, for adapters
     without a faster way: completions and claims in separate calls, no connections
-    kept. Subclass it and implement the rest of the protocol."""
+    kept; and for operating the queue: nothing is ever paused or limited, and pausing
+    or setting limits raises ``ConfigurationError``. Subclass it and implement the
+    rest of the protocol."""
+
+    async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
+        raise _unsupported(self, "pause_type")
+
+    async def resume_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
+        raise _unsupported(self, "resume_type")
+
+    async def paused_types(self) -> set[str]:
+        return set()
+
+    async def set_limits(
+        self,
+        type_name: str,
+        *,
+        concurrency: int | None,
+        key_concurrency: int | None,
+        rate: int | None,
+        per_seconds: float | None,
+        notes: NotificationBuffer,
+    ) -> TypeLimits:
+        raise _unsupported(self, "limits (set_limits)")
+
+    async def type_controls(self) -> list[TypeLimits]:
+        return []
 
     @property
     def completes_with_claims(self) -> bool:

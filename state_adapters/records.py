@@ -67,12 +67,14 @@ def job_row(
         "deduplication_key": dedup_key,
         "blockers_pending": blockers_pending,
         "trace_context": job.trace_context,
+        "concurrency_key": job.concurrency_key,
     }
 
 
 def next_job_row(job: NewJob, *, previous_id: str, now: datetime) -> dict[str, Any]:
-    """The row of a chain's next job; its chain and index come from ``previous_id``'s
-    row, and it is written only if that job's completion holds."""
+    """The row of a chain's next job; its chain and index (and its concurrency key,
+    unless the job has one) come from ``previous_id``'s row, and it is written only if
+    that job's completion holds."""
     row = job_row(
         job,
         job_id=new_id(),

@@ -26,6 +26,10 @@ Tables (``{prefix}`` defaults to ``queuert_``):
 
 ``chains.completed_at`` has an index of its own (finished chains only), so that
 retention finds the oldest finished chains without scanning the table.
+- ``{prefix}type_controls``: per job type, whether it is paused and its limits
+  (running jobs, running jobs per ``jobs.concurrency_key``, starts per window),
+  with what enforcing them needs (the recent starts, the next key to serve). No
+  row: the type runs unlimited. Claims of a limited type lock its row.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -62,6 +67,7 @@ ID_LENGTH = 32
 TYPE_NAME_LENGTH = 200
 DEDUP_KEY_LENGTH = 255
 WORKER_ID_LENGTH = 255
+CONCURRENCY_KEY_LENGTH = 255
 STATUS_LENGTH = 16
 SCHEDULE_NAME_LENGTH = 200
 
@@ -130,6 +136,7 @@ class Tables:
     blockers: Table
     dedup_keys: Table
     schedules: Table
+    type_controls: Table
     table_prefix: str
     schema: str | None
 
@@ -160,6 +167,7 @@ def make_tables(
     settled_aside = text(SETTLED_ASIDE)
     finished = text("completed_at IS NOT NULL")
     has_dedup_key = text("dedup_key IS NOT NULL")
+    keyed_pending = text("status = 'pending' AND concurrency_key IS NOT NULL")
     chains = Table(
         f"{p}chains",
         metadata,
@@ -211,6 +219,7 @@ def make_tables(
         # Opaque to the queue: what an instrumentation (queuert_notify.otel) stored to
         # continue the trace of the request that started the job.
         Column("trace_context", Text, nullable=True),
+        Column("concurrency_key", String(CONCURRENCY_KEY_LENGTH), nullable=True),
         UniqueConstraint("chain_id", "chain_index", name=f"{p}jobs_chain_uq"),
         # Acquisition reads the best pending jobs of some types in this order.
         Index(
@@ -258,6 +267,18 @@ def make_tables(
             postgresql_where=finished,
             sqlite_where=finished,
         ),
+        # Claims of a type with key_concurrency walk its keys that have pending
+        # jobs and take each key's best; jobs without a key pay nothing for it.
+        Index(
+            f"{p}jobs_key_ix",
+            "type_name",
+            "concurrency_key",
+            "priority",
+            "scheduled_at",
+            "id",
+            postgresql_where=keyed_pending,
+            sqlite_where=keyed_pending,
+        ),
     )
     blockers = Table(
         f"{p}blockers",
@@ -285,7 +306,21 @@ def make_tables(
         Column("chain_id", String(ID_LENGTH), nullable=True),
         Column("updated_at", timestamp(), nullable=False),
     )
-    return Tables(metadata, chains, jobs, blockers, dedup_keys, schedules, p, schema)
+    type_controls = Table(
+        f"{p}type_controls",
+        metadata,
+        Column("type_name", String(TYPE_NAME_LENGTH), primary_key=True),
+        Column("paused", Boolean, nullable=False),
+        Column("concurrency", Integer, nullable=True),
+        Column("key_concurrency", Integer, nullable=True),
+        Column("rate", Integer, nullable=True),
+        Column("per_seconds", Float, nullable=True),
+        # [[instant, starts], ...]: the starts of the last ``per_seconds``.
+        Column("recent_starts", json_type(), nullable=True),
+        # The concurrency key served last: the next claim starts after it.
+        Column("next_key_after", String(CONCURRENCY_KEY_LENGTH), nullable=True),
+    )
+    return Tables(metadata, chains, jobs, blockers, dedup_keys, schedules, type_controls, p, schema)
 
 
 def make_metadata(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = None) -> MetaData:

@@ -23,7 +23,7 @@ what differs between Postgres and SQLite is asked of the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -55,13 +55,15 @@ from state_adapters.schema import DEFAULT_TABLE_PREFIX, make_tables
 from state_adapters.sqlite_connections import SQLITE_SYNCHRONOUS, SqliteSynchronous
 from state_adapters.statements import Query
 from state_adapters.transactions import Transactions
+from state_adapters.type_controls import TypeControlMethods, TypeControls
 from state_adapters.validation import check_key, check_type_names, check_worker_id
 
 if TYPE_CHECKING:
+    from state_adapters.database import Conn
     from state_adapters.transactions import CallerSession
 
 
-class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
+class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations, TypeControlMethods):
     """Job state in the application's own Postgres or SQLite database.
 
     ``engine`` stays the caller's (dispose it yourself); ``table_prefix`` and
@@ -110,6 +112,7 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
         self._db = database
         self._transactions = Transactions(engine, database)
         self._lanes = lanes_for(database.single_writer)
+        self._controls = TypeControls(database, self._transactions, self._lanes)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     # -- schema ------------------------------------------------------------------------
@@ -206,12 +209,15 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
         """Claim up to ``limit`` of the best eligible pending jobs of these types
         (priority, then scheduled_at, then id) in one statement; never hands one
         job to two callers. Each claim increments ``attempt`` and gets a fresh
-        ``lease_token``."""
-        claim = self._claim(type_names, worker_id, lease_seconds, limit, _now())
-        if claim is None:
+        ``lease_token``. Paused types are left alone; limited ones are claimed first,
+        within their limits (:mod:`state_adapters.limited_claims`)."""
+        now = _now()
+        if self._claim(type_names, worker_id, lease_seconds, limit, now) is None:
             return []
-        async with self._lanes.connection() as lane, self._db.transaction(lane) as conn:
-            return await claim_jobs(self._db, conn, claim)
+        acquire = self._acquiring(
+            check_type_names(type_names), worker_id, lease_seconds, limit, now
+        )
+        return await acquire(None)
 
     def _claim(
         self,
@@ -233,13 +239,12 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
         )
 
     async def next_due_at(self, type_names: Sequence[str]) -> datetime | None:
-        """Earliest ``scheduled_at`` of a pending job of these types (possibly in the past)."""
+        """Earliest ``scheduled_at`` of a pending job of these types (possibly in the past);
+        for paused types none, for limited ones when jobs held back may be claimable."""
         types = check_type_names(type_names)
         if not types:
             return None
-        async with self._db.reader.connect() as conn:
-            result: datetime | None = await conn.scalar(*self._db.sql.next_due_at(types))
-        return result
+        return await self._controls.next_due_at(types, _now())
 
     async def renew_lease(self, job_id: str, lease_token: str, lease_seconds: float) -> datetime:
         """Extend the lease to now + ``lease_seconds``; returns the new ``leased_until``.
@@ -286,9 +291,7 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
             staged = NotificationBuffer()
             try:
                 async with self._lanes.connection() as lane, self._db.transaction(lane) as conn:
-                    results, _ = await complete(
-                        self._db, conn, staged, completions, _now(), alone=True
-                    )
+                    results, _ = await self._complete(conn, staged, completions, alone=True)
             except DBAPIError as exc:
                 if not (self._db.needs_transaction(exc) or self._db.is_retryable(exc)):
                     raise
@@ -296,7 +299,7 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
                 notes.absorb(staged)
                 return results
         results, _ = await self._transactions.write(
-            session, notes, lambda c, n: complete(self._db, c, n, completions, _now())
+            session, notes, lambda c, n: self._complete(c, n, completions)
         )
         return results
 
@@ -320,8 +323,28 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
         completion's statement commits, then the claim's.
         """
         validation.check_completions(completions)
+        types = check_type_names(type_names)
+        limited = limit > 0 and bool(await self._controls.limited(types))
+        if limited and not (completions and self._db.completes_with_claims):
+            # Limited types are claimed in transactions of their own, after the write.
+            lost, _ = await self.complete_and_acquire(
+                completions,
+                notes=notes,
+                type_names=type_names,
+                worker_id=worker_id,
+                lease_seconds=lease_seconds,
+                limit=0,
+            )
+            claimed = await self.acquire(
+                type_names, worker_id=worker_id, lease_seconds=lease_seconds, limit=limit
+            )
+            return lost, claimed
         now = _now()
-        claim = self._claim(type_names, worker_id, lease_seconds, limit, now)
+        claim: Any = self._claim(
+            self._controls.uncontrolled(types), worker_id, lease_seconds, limit, now
+        )
+        if limited:  # SQLite: the limited claims join the completions' transaction
+            claim = self._acquiring(types, worker_id, lease_seconds, limit, now)
         if not completions:
             return [], await self.acquire(
                 type_names, worker_id=worker_id, lease_seconds=lease_seconds, limit=limit
@@ -329,8 +352,8 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
         staged = NotificationBuffer()
         try:
             async with self._lanes.connection() as lane, self._db.transaction(lane) as conn:
-                done, claimed = await complete(
-                    self._db, conn, staged, completions, now, alone=True, records=False, claim=claim
+                done, claimed = await self._complete(
+                    conn, staged, completions, now, alone=True, records=False, claim=claim
                 )
         except DBAPIError as exc:
             if not (self._db.needs_transaction(exc) or self._db.is_retryable(exc)):
@@ -340,7 +363,7 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
             done, _ = await self._transactions.write(
                 None,
                 notes,
-                lambda c, n: complete(self._db, c, n, completions, _now(), records=False),
+                lambda c, n: self._complete(c, n, completions, records=False),
             )
             claimed = await self.acquire(
                 type_names, worker_id=worker_id, lease_seconds=lease_seconds, limit=limit
@@ -349,6 +372,50 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations):
             notes.absorb(staged)
         lost = [r if isinstance(r, JobOwnershipLostError) else None for r in done]
         return lost, claimed
+
+    def _acquiring(
+        self, types: list[str], worker_id: str, lease_seconds: float, limit: int, now: datetime
+    ) -> Callable[[Conn | None], Awaitable[list[JobRecord]]]:
+        """:meth:`acquire` as a claim on a given connection (``None``: its own): the
+        limited types first (:mod:`state_adapters.type_controls`), then the plain claim."""
+
+        def acquire(conn: Conn | None) -> Awaitable[list[JobRecord]]:
+            async def plain(plain_types: Sequence[str], n: int) -> list[JobRecord]:
+                claim = self._claim(plain_types, worker_id, lease_seconds, n, now)
+                if claim is None:
+                    return []
+                if conn is not None:
+                    return await claim_jobs(self._db, conn, claim)
+                async with self._lanes.connection() as lane, self._db.transaction(lane) as own:
+                    return await claim_jobs(self._db, own, claim)
+
+            until = now + timedelta(seconds=lease_seconds)
+            return self._controls.acquire(
+                types,
+                plain,
+                worker_id=worker_id,
+                leased_until=until,
+                limit=limit,
+                now=now,
+                conn=conn,
+            )
+
+        return acquire
+
+    def _complete(
+        self,
+        conn: Conn,
+        notes: NotificationBuffer,
+        completions: Sequence[Completion],
+        now: datetime | None = None,
+        **options: Any,
+    ) -> Awaitable[tuple[list[Any], list[JobRecord]]]:
+        """:func:`~state_adapters.completion.complete` on this adapter's database, waking
+        workers for the limited types whose jobs wait for a slot."""
+        limited = self._controls.limited_now()
+        return complete(
+            self._db, conn, notes, completions, now or _now(), limited=limited, **options
+        )
 
     async def fail_job(
         self,

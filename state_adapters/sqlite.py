@@ -124,6 +124,10 @@ class Sqlite:
     def transaction(self, conn: AsyncConnection) -> AbstractAsyncContextManager[Conn]:
         return driver_transaction(conn, self.compiled)
 
+    def locking_transaction(self, conn: AsyncConnection) -> AbstractAsyncContextManager[Conn]:
+        """The same as :meth:`transaction`: ``BEGIN IMMEDIATE`` holds the database."""
+        return driver_transaction(conn, self.compiled)
+
     async def take_migration_lock(self, connection: AsyncConnection, name: str) -> None:
         """Nothing to take: the transaction began with ``BEGIN IMMEDIATE``, which
         excludes every other writer."""
@@ -159,6 +163,8 @@ class Sqlite:
             previous = done.get(new.pop("previous_id"))
             if previous is not None:
                 new.update(chain_id=previous.chain_id, chain_index=previous.chain_index + 1)
+                if new["concurrency_key"] is None:
+                    new["concurrency_key"] = previous.concurrency_key
                 created.append(new)
         if created:
             await conn.execute(*self.sql.insert_jobs(created))
@@ -171,8 +177,8 @@ class Sqlite:
         """Complete each job whose lease token still matches, in one statement of fixed
         shape fed with one JSON document (so it compiles once, whatever the batch
         size); returns the completed rows, whole with ``records`` or else ``id``,
-        ``chain_id`` and ``chain_index``. Outputs are embedded as JSON text and stored
-        as they are."""
+        ``type_name``, ``chain_id``, ``chain_index`` and ``concurrency_key``. Outputs
+        are embedded as JSON text and stored as they are."""
         batch = [
             {"id": f.job_id, "token": f.lease_token, "output": json.dumps(f.output)}
             for f in finished
@@ -187,7 +193,13 @@ class Sqlite:
     @cached_property
     def _complete_leased_ids(self) -> Update:
         jobs = self._tables.jobs
-        return self._complete_leased_rows.returning(jobs.c.id, jobs.c.chain_id, jobs.c.chain_index)
+        return self._complete_leased_rows.returning(
+            jobs.c.id,
+            jobs.c.type_name,
+            jobs.c.chain_id,
+            jobs.c.chain_index,
+            jobs.c.concurrency_key,
+        )
 
     @cached_property
     def _complete_leased_rows(self) -> Update:

@@ -41,6 +41,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
+from state_adapters.controlled_types import controlled
 from state_adapters.model import JobRecord
 from state_adapters.schema import Tables, UtcDateTime, json_type
 from state_adapters.sql_dialect import SqlDialect
@@ -225,6 +226,8 @@ class Statements:
                 # Read off the acquire index in claim order, never sorted from another.
                 self.dialect.without_index(jobs.c.scheduled_at)
                 <= bindparam("now", type_=UtcDateTime()),
+                # Paused types wait; limited ones are claimed by limited_claims.
+                ~controlled(self.tables),
             )
             .order_by(jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
             .limit(literal_column(str(int(limit))))
@@ -248,7 +251,8 @@ class Statements:
         )
 
     def next_due_at(self, type_names: Sequence[str]) -> Query:
-        """The earliest ``scheduled_at`` of a pending job of these types."""
+        """The earliest ``scheduled_at`` of a pending job of these types, leaving out
+        paused and limited types (see :mod:`state_adapters.limited_claims`)."""
         return Query(self._next_due_at, {"type_names": list(type_names)})
 
     @cached_property
@@ -257,6 +261,7 @@ class Statements:
         return select(func.min(jobs.c.scheduled_at)).where(
             jobs.c.status == "pending",
             jobs.c.type_name.in_(bindparam("type_names", expanding=True)),
+            ~controlled(self.tables),
         )
 
     def renew_lease(self, job_id: str, lease_token: str, leased_until: datetime) -> Query:

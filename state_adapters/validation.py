@@ -75,6 +75,67 @@ def check_type_name(type_name: object) -> str:
     return check_text(type_name, "type_name")
 
 
+def check_concurrency_key(key: object) -> str | None:
+    """Return ``key`` if it is None or a non-empty, storable string of at most
+    :data:`MAX_DEDUP_KEY_LENGTH` characters (as a dedup key)."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise InvalidInputError(f"concurrency_key must be None or a non-empty string, got {key!r}")
+    if len(key) > MAX_DEDUP_KEY_LENGTH:
+        raise InvalidInputError(
+            f"concurrency_key is {len(key)} characters long; the limit is {MAX_DEDUP_KEY_LENGTH}"
+        )
+    return check_text(key, "concurrency_key")
+
+
+MAX_CONCURRENCY = 1_000_000
+"""Largest ``concurrency`` or ``key_concurrency`` (far beyond any fleet of workers)."""
+MAX_RATE = 100_000
+"""Most starts a ``rate`` allows per window: the window's starts are kept in the
+type's row, at most one entry per claim."""
+MAX_RATE_WINDOW = 7 * 24 * 3600.0
+"""Longest ``per`` window (a week)."""
+
+
+def check_limit_count(value: object, what: str, highest: int) -> int | None:
+    """Return ``value`` if it is None (no limit) or an int from 1 to ``highest``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= highest:
+        raise InvalidInputError(
+            f"{what} must be None (no limit) or an int from 1 to {highest}, got {value!r}"
+        )
+    return value
+
+
+def check_limits(
+    concurrency: object, key_concurrency: object, rate: object, per_seconds: object
+) -> tuple[int | None, int | None, int | None, float | None]:
+    """The limits of one type, checked: counts from 1 to :data:`MAX_CONCURRENCY`, a
+    ``rate`` of at most :data:`MAX_RATE` with a window ``per_seconds`` (> 0, at most
+    :data:`MAX_RATE_WINDOW`), given together or not at all."""
+    checked_rate = check_limit_count(rate, "rate", MAX_RATE)
+    window: float | None = None
+    if per_seconds is not None:
+        window = check_seconds(per_seconds, "per", allow_zero=False)
+        if window > MAX_RATE_WINDOW:
+            raise InvalidInputError(
+                f"per is {window!r} seconds; the limit is {MAX_RATE_WINDOW:.0f} (a week)"
+            )
+    if (checked_rate is None) != (window is None):
+        raise InvalidInputError(
+            "rate and per go together: pass both (e.g. rate=100, per=timedelta(seconds=1)) "
+            "or neither"
+        )
+    return (
+        check_limit_count(concurrency, "concurrency", MAX_CONCURRENCY),
+        check_limit_count(key_concurrency, "key_concurrency", MAX_CONCURRENCY),
+        checked_rate,
+        window,
+    )
+
+
 def check_dedup_key(dedup_key: object) -> str | None:
     """Return ``dedup_key`` if it is None or a non-empty, storable string of at most
     :data:`MAX_DEDUP_KEY_LENGTH` characters."""
@@ -300,6 +361,7 @@ def new_job(
     priority: int,
     max_attempts: int | None,
     trace_context: str | None = None,
+    concurrency_key: str | None = None,
 ) -> NewJob:
     """A validated :class:`NewJob` (a state adapter does not check it again)."""
     return NewJob(
@@ -309,6 +371,7 @@ def new_job(
         priority=check_priority(priority),
         max_attempts=check_max_attempts(max_attempts),
         trace_context=check_trace_context(trace_context),
+        concurrency_key=check_concurrency_key(concurrency_key),
         validated=True,
     )
 
@@ -373,6 +436,7 @@ def check_new_job(job: object) -> None:
     check_priority(job.priority)
     check_max_attempts(job.max_attempts)
     check_trace_context(job.trace_context)
+    check_concurrency_key(job.concurrency_key)
     if job.run_at is not None and (
         not isinstance(job.run_at, datetime) or job.run_at.utcoffset() is None
     ):

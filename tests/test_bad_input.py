@@ -55,12 +55,18 @@ on_postgres = pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
 
 
 async def _snapshot(state: SqlAlchemyStateAdapter) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of the queue's four tables."""
+    """Every row of the queue's tables."""
     tables = state.tables
     async with state.engine.connect() as conn:
         return {
             table.name: sorted((tuple(row) for row in await conn.execute(select(table))), key=repr)
-            for table in (tables.chains, tables.jobs, tables.blockers, tables.dedup_keys)
+            for table in (
+                tables.chains,
+                tables.jobs,
+                tables.blockers,
+                tables.dedup_keys,
+                tables.type_controls,
+            )
         }
 
 

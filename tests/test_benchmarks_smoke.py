@@ -190,6 +190,27 @@ async def test_prune_impact_reports_claim_latency_idle_and_while_pruning(
     assert "Pruning / idle:" in report
 
 
+async def test_limits_reports_each_limit_side_by_side_with_the_plain_drain(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "limits",
+            "--rounds=1",
+            "--jobs=30",
+            "--keys=5",
+            "--state=sqlite",
+            "--notify=in-process",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    assert "| SQLite + in-process, plain |" in report
+    assert "| SQLite + in-process, limits not binding |" in report
+    assert "| SQLite + in-process, key_concurrency=1, 5 keys |" in report
+    assert "time vs plain" in report
+
+
 async def test_steady_state_reports_rates_latency_and_backlog(
     redis_url: str, postgres_url: str
 ) -> None:

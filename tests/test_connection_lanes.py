@@ -52,6 +52,8 @@ async def test_claims_and_completions_reuse_held_connections(
     engine: AsyncEngine, state: SqlAlchemyStateAdapter
 ) -> None:
     await state.start_chains([NewChain(NewJob("t")) for _ in range(60)], notes=NotificationBuffer())
+    # Which types are paused or limited is read once a second, on a pooled connection.
+    await state.acquire(["none"], worker_id="w", lease_seconds=30)
     checkouts = _count_checkouts(engine)
     async with state.holding_connections():
         await _claim_and_complete(state, 10)

@@ -161,7 +161,11 @@ async def test_a_worker_whose_tables_are_dropped_stops_with_the_error(
 
     with pytest.raises(ConfigurationError) as raised:
         await asyncio.wait_for(running, 10)
-    assert str(raised.value) == _expected(prefix, "jobs")
-    assert [r.message for r in caplog.records if r.levelno >= logging.WARNING] == [
-        f"worker stopped: {_expected(prefix, 'jobs')}"
-    ]
+    # The first of the queue's tables its next claim reads: the list of paused and
+    # limited types (read once a second) or the jobs.
+    assert str(raised.value) in {_expected(prefix, "jobs"), _expected(prefix, "type_controls")}
+    warnings = [r.message for r in caplog.records if r.levelno >= logging.WARNING]
+    # A claim reads the jobs and the type controls: on Postgres the DROP of both may
+    # deadlock with it once (a retried loop pass) before the error is seen.
+    assert warnings[-1] == f"worker stopped: {raised.value}"
+    assert all(w.startswith("worker loop failed") for w in warnings[:-1]), warnings

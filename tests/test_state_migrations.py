@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from state_adapters import SqlAlchemyStateAdapter, make_metadata, metadata
 from tests.support.queue_helpers import drop_tables, head_revision
 
-TABLES = ("chains", "jobs", "blockers", "dedup_keys", "schedules")
+TABLES = ("chains", "jobs", "blockers", "dedup_keys", "schedules", "type_controls")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

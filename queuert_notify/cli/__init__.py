@@ -1,10 +1,11 @@
-"""``queuert-notify``: the demo, a worker runner, migrations and chain inspection.
+"""``queuert-notify``: the demo, a worker runner, migrations, chain inspection, and
+pausing and limiting job types.
 
 One module per command group -- ``demo``, ``worker``, ``migrate``, ``chains``,
-``dashboard``, ``schedules``, ``prune`` -- each registered on :func:`main` below;
-``options`` holds the options several commands share, ``database`` opens the job
-database for a command, ``output`` prints. A new command is a module here and one
-``main.add_command`` line."""
+``dashboard``, ``schedules``, ``prune``, ``types`` (pause, resume, limits) -- each
+registered on :func:`main` below; ``options`` holds the options several commands share,
+``database`` opens the job database for a command, ``output`` prints. A new command is a
+module here and one ``main.add_command`` line."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import logging
 import click
 
 from queuert_notify import log_format as logs
-from queuert_notify.cli import chains, dashboard, demo, migrate, prune, schedules, worker
+from queuert_notify.cli import (
+    chains,
+    dashboard,
+    demo,
+    migrate,
+    prune,
+    schedules,
+    types,
+    worker,
+)
 from queuert_notify.cli.database import BadSettingError
 from queuert_notify.cli.options import DATABASE_URL_ENV, DEFAULT_TABLE_PREFIX
 
@@ -35,3 +45,6 @@ main.add_command(chains.chains)
 main.add_command(dashboard.dashboard)
 main.add_command(schedules.schedules_command)
 main.add_command(prune.prune_command)
+main.add_command(types.pause)
+main.add_command(types.resume)
+main.add_command(types.limits)

@@ -15,6 +15,7 @@ from queuert_notify.cli.options import (
     table_prefix_option,
 )
 from queuert_notify.cli.output import console, record, run, short, to_json, when
+from queuert_notify.cli.types import describe
 from state_adapters.model import ALL_STATUSES
 
 if TYPE_CHECKING:
@@ -44,17 +45,21 @@ def chains_list(
 ) -> None:
     """List chains, newest first."""
 
-    async def go(state: SqlAlchemyStateAdapter) -> Any:
-        return await state.list_chains(
+    async def go(state: SqlAlchemyStateAdapter) -> tuple[Any, list[Any]]:
+        page = await state.list_chains(
             status=cast("JobStatus | None", status),  # click.Choice(ALL_STATUSES)
             type_name=type_name,
             limit=limit,
         )
+        return page, await state.type_controls()
 
-    page = run(with_state(database_url, table_prefix, go))
+    page, controls = run(with_state(database_url, table_prefix, go))
+    paused = sorted(c.type_name for c in controls if c.paused)
     if as_json:
         rows = [record(chain) for chain in page.items]
-        click.echo(to_json({"chains": rows, "next_cursor": page.next_cursor}))
+        click.echo(
+            to_json({"chains": rows, "next_cursor": page.next_cursor, "paused_types": paused})
+        )
         return
     table = Table(title="chains")
     # Ids are what users copy into `chains show`: never wrap or cut them.
@@ -73,6 +78,9 @@ def chains_list(
     console().print(table)
     if page.next_cursor:
         console().print(f"more: --limit {limit * 2} shows the next ones", style="dim")
+    # What holds chains back that no row above shows.
+    for control in controls:
+        console().print(describe(control), highlight=False)
 
 
 @chains.command("show")

@@ -24,6 +24,7 @@ from queuert_notify.testing.state_cases.acquiring import AcquiringCases
 from queuert_notify.testing.state_cases.actions import ActionsCases
 from queuert_notify.testing.state_cases.blockers import BlockersCases
 from queuert_notify.testing.state_cases.completing import CompletingCases
+from queuert_notify.testing.state_cases.controls import ControlsCases
 from queuert_notify.testing.state_cases.deduplication import DeduplicationCases
 from queuert_notify.testing.state_cases.inspecting import InspectingCases
 from queuert_notify.testing.state_cases.leases import LeasesCases
@@ -53,6 +54,7 @@ class StateAdapterConformance(
     TraceContextCases,
     PruningCases,
     ScheduleCases,
+    ControlsCases,
 ):
     """Behaviour every state adapter must show; see the module docstring. Each base class
     holds the cases of one area (queuert_notify/testing/state_cases/)."""

@@ -20,7 +20,11 @@ async def start(
     state: Any, type_name: str = "t", input: Any = None, **options: Any
 ) -> StartedChain:
     """Start one chain (``options``: NewChain fields, or NewJob fields)."""
-    job_fields = {k: options.pop(k) for k in ("run_at", "priority", "max_attempts") if k in options}
+    job_fields = {
+        k: options.pop(k)
+        for k in ("run_at", "priority", "max_attempts", "concurrency_key")
+        if k in options
+    }
     chain = NewChain(NewJob(type_name, input, **job_fields), **options)
     started: StartedChain
     (started,) = await state.start_chains([chain], notes=NotificationBuffer())

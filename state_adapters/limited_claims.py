@@ -1,0 +1,288 @@
+"""Claims of limited job types: ``concurrency`` (running jobs of the type),
+``key_concurrency`` (running jobs per ``concurrency_key``) and ``rate`` starts per
+``per_seconds``, held across every worker and process.
+
+Invariants:
+
+- **Never exceeded.** A claim of a limited type runs in a transaction of its own
+  that first locks the type's control row (Postgres ``FOR UPDATE``; SQLite's one
+  writer holds the database). Postgres runs each later statement of the transaction
+  on a new snapshot (READ COMMITTED), so it counts every running job that a claim
+  committed before the lock was granted; a completion only lowers the count. The
+  running jobs are counted from the jobs themselves (no counter to drift), and a
+  job whose lease expired counts until it is reaped.
+- **The rate holds in every window.** The control row keeps the starts of the last
+  ``per_seconds`` as ``[instant, starts]`` pairs; a claim starts at most ``rate``
+  minus the starts after ``now - per``. Each claim so bounds the window ending at
+  its own instant, and every window of length ``per`` lies within such a window
+  ending at the last claim inside it. Instants never go back (a claimer whose clock
+  is behind records the newest instant instead). A token bucket would allow twice
+  the rate across a window boundary.
+- **No head-of-line blocking, keys served round robin.** With ``key_concurrency``
+  the claim walks the type's keys that have pending jobs, one index probe per key,
+  starting after the key it served last (stored in the row), and takes each key's
+  best due job while the key is below its cap; when every visited key with
+  capacity got one and slots remain, it goes round again for second jobs. A key at
+  its cap costs one probe, whatever waits behind it. Jobs without a key form one
+  key of their own, served where the walk wraps around.
+- **Bounded.** A claim visits at most :data:`MAX_KEYS_VISITED` keys; the ones it did
+  not reach are first in line for the next claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from state_adapters.limited_claim_statements import LimitedClaimStatements
+from state_adapters.model import JobRecord
+
+if TYPE_CHECKING:
+    from state_adapters.database import Conn
+
+MAX_KEYS_VISITED = 2_000
+"""Most concurrency keys one claim looks at."""
+RECHECK = timedelta(seconds=2)
+"""How soon a worker looks again at jobs held back by ``concurrency`` or
+``key_concurrency`` without a wake-up (the completion that frees a slot wakes one
+at once; this covers a wake-up lost with the notify server)."""
+_KEYS_SLACK = 16
+"""Keys walked beyond the free slots and the keys at their cap, for keys whose jobs
+are not due yet."""
+_UNKEYED = ""
+"""``next_key_after`` once the jobs without a key were served (keys are non-empty)."""
+
+
+@dataclass
+class LimitedClaim:
+    """What one claim of a limited type did."""
+
+    jobs: list[JobRecord] = field(default_factory=list)
+    retry_at: datetime | None = None
+    """When jobs it held back may be claimed without a wake-up (a rate window frees);
+    ``None``: a completion's wake-up frees them, or none were held back."""
+    uncontrolled: bool = False
+    """The type is no longer paused or limited: claim it the plain way."""
+    held: bool = False
+    """``concurrency`` or ``key_concurrency`` held jobs back: the completions that free
+    slots are worth a wake-up."""
+
+
+async def claim_type(
+    sql: LimitedClaimStatements,
+    conn: Conn,
+    type_name: str,
+    *,
+    worker_id: str,
+    leased_until: datetime,
+    limit: int,
+    now: datetime,
+) -> LimitedClaim:
+    """Claim up to ``limit`` due jobs of ``type_name`` within its limits, in the
+    transaction ``conn`` (of its own; see the module docstring)."""
+    control = (await conn.execute(*sql.lock_control(type_name))).first()
+    if control is None or not _limited(control):
+        return LimitedClaim(uncontrolled=control is None or not control.paused)
+    if control.paused:
+        return LimitedClaim()
+    # The claim's instant is taken once the lock is held, so that the claims of one
+    # type are in the order of their instants (the rate's window needs that).
+    locked_at = datetime.now(UTC)
+    if locked_at > now:
+        leased_until += locked_at - now
+        now = locked_at
+    running: dict[str | None, int] = {}
+    if control.concurrency is not None or control.key_concurrency is not None:
+        rows = (await conn.execute(*sql.running(type_name))).all()
+        running = {row.concurrency_key: row.n for row in rows}
+    budget = limit
+    if control.concurrency is not None:
+        budget = min(budget, control.concurrency - sum(running.values()))
+    window = RateWindow.of(control, now)
+    rate_bound = window is not None and window.allowance < budget
+    if window is not None:
+        budget = min(budget, window.allowance)
+    if budget <= 0:
+        if rate_bound and window is not None:
+            return LimitedClaim(retry_at=window.frees_at())
+        return LimitedClaim(retry_at=now + RECHECK, held=True)
+    next_key_after = control.next_key_after
+    if control.key_concurrency is None:
+        claimed = await conn.execute(
+            *sql.claim_best(
+                type_name, budget, worker_id=worker_id, leased_until=leased_until, now=now
+            )
+        )
+        jobs = [JobRecord(*row) for row in claimed.all()]
+        ids = [job.id for job in jobs]
+    else:
+        walk = KeyWalk(sql, conn, type_name, control.key_concurrency, running, now)
+        ids, next_key_after = await walk.pick(budget, control.next_key_after)
+        jobs = []
+        if ids:
+            claimed = await conn.execute(
+                *sql.claim_ids(ids, worker_id=worker_id, leased_until=leased_until)
+            )
+            jobs = [JobRecord(*row) for row in claimed.all()]
+    if window is not None and jobs:
+        window.started(len(jobs))
+    if window is not None or next_key_after != control.next_key_after:
+        starts = None if window is None else window.entries
+        await conn.execute(*sql.save_state(type_name, starts, next_key_after))
+    retry_at = None
+    held = budget < limit and not rate_bound  # cut by concurrency
+    if rate_bound and window is not None and len(jobs) == budget:
+        retry_at = window.frees_at()
+    elif control.key_concurrency is not None and len(ids) < budget:
+        retry_at, held = now + RECHECK, True  # keys at their cap may hold jobs back
+    return LimitedClaim(jobs, retry_at, held=held)
+
+
+def _limited(control: Any) -> bool:
+    return (
+        control.concurrency is not None
+        or control.key_concurrency is not None
+        or control.rate is not None
+    )
+
+
+class RateWindow:
+    """The starts of one type in the last ``per`` seconds, as ``[instant, starts]``
+    pairs (instants in seconds since the epoch, never decreasing)."""
+
+    def __init__(self, rate: int, per: float, entries: list[list[float]], now: float) -> None:
+        self.rate = rate
+        self.per = per
+        self.entries = [e for e in entries if e[0] > now - per]
+        # Never before the newest recorded start, whatever this claimer's clock says.
+        self.now = max([now, *(e[0] for e in self.entries)])
+
+    @classmethod
+    def of(cls, control: Any, now: datetime) -> RateWindow | None:
+        if control.rate is None or control.per_seconds is None:
+            return None
+        return cls(control.rate, control.per_seconds, control.recent_starts or [], now.timestamp())
+
+    @property
+    def allowance(self) -> int:
+        """Starts allowed now."""
+        return max(0, self.rate - int(sum(e[1] for e in self.entries)))
+
+    def started(self, count: int) -> None:
+        self.entries.append([self.now, count])
+
+    def frees_at(self) -> datetime | None:
+        """When the oldest start leaves the window (then at least one more may start)."""
+        if not self.entries:
+            return None
+        return datetime.fromtimestamp(self.entries[0][0] + self.per, UTC)
+
+
+class KeyWalk:
+    """The round-robin pick of due jobs across concurrency keys (module docstring)."""
+
+    def __init__(
+        self,
+        sql: LimitedClaimStatements,
+        conn: Conn,
+        type_name: str,
+        key_concurrency: int,
+        running: dict[str | None, int],
+        now: datetime,
+    ) -> None:
+        self._sql = sql
+        self._conn = conn
+        self._type = type_name
+        self._cap = key_concurrency
+        self._running = running
+        self._now = now
+        self._stretches: list[tuple[str, int, str | None]] = []
+        """The walked stretches of keys: (after, how many, up to and including)."""
+
+    async def pick(self, budget: int, after: str | None) -> tuple[list[str], str | None]:
+        """Up to ``budget`` job ids, and the key to start after next time."""
+        at_cap = sum(1 for k, n in self._running.items() if k is not None and n >= self._cap)
+        chunk = min(budget + at_cap + _KEYS_SLACK, MAX_KEYS_VISITED)
+        order: list[str | None] = []  # keys in visit order; None: the jobs without a key
+        heads: dict[str | None, str | None] = {}
+        start: str = after if after is not None else _UNKEYED
+        if after is None:
+            order.append(None)
+        cursor, wrapped, visited = start, False, 0
+        while visited < MAX_KEYS_VISITED:
+            bound = after if wrapped else None
+            rows = await self._walk(cursor, chunk, 0, bound)
+            self._stretches.append((cursor, chunk, bound))
+            for key, job_id in rows:
+                order.append(key)
+                heads[key] = job_id
+            visited += chunk
+            eligible = sum(1 for k in order if k is not None and heads.get(k) and self._free(k))
+            if eligible >= budget:
+                break
+            if len(rows) == chunk:
+                cursor = rows[-1][0]
+                continue
+            if wrapped or after is None:
+                break  # every key was visited
+            wrapped, cursor = True, _UNKEYED
+            order.append(None)
+        unkeyed: list[str] = []
+        if None in order and self._free(None):
+            found = await self._conn.execute(
+                *self._sql.unkeyed_due(self._type, min(self._free(None), budget), self._now)
+            )
+            unkeyed = [row.id for row in found.all()]
+        picked: list[str] = []
+        last: str | None = after
+        for round_ in range(self._cap):
+            took = False
+            if round_ > 0:
+                heads = await self._heads(round_)
+            for visit in order:
+                if len(picked) >= budget:
+                    return picked, last
+                if visit is None:
+                    job_id = unkeyed[round_] if round_ < len(unkeyed) else None
+                else:
+                    job_id = heads.get(visit)
+                if job_id is None or self._free(visit) <= round_:
+                    continue
+                picked.append(job_id)
+                last, took = (_UNKEYED if visit is None else visit), True
+            if not took or len(picked) >= budget:
+                break
+        # Slots left: every key visited had its turn; start the next claim after them.
+        if order:
+            last = _UNKEYED if order[-1] is None else order[-1]
+        return picked, last
+
+    def _free(self, key: str | None) -> int:
+        return max(0, self._cap - self._running.get(key, 0))
+
+    async def _walk(
+        self, after: str, keys: int, offset: int, up_to: str | None
+    ) -> list[tuple[str, str | None]]:
+        query = self._sql.walk_keys(
+            self._type, after=after, keys=keys, offset=offset, now=self._now
+        )
+        rows = [(row.key, row.job_id) for row in (await self._conn.execute(*query)).all()]
+        if up_to is not None:
+            rows = [(k, j) for k, j in rows if k <= up_to]
+        return rows
+
+    async def _heads(self, offset: int) -> dict[str | None, str | None]:
+        """Each walked key's due job at ``offset``."""
+        heads: dict[str | None, str | None] = {}
+        for after, keys, up_to in self._stretches:
+            for key, job_id in await self._walk(after, keys, offset, up_to):
+                heads[key] = job_id
+        return heads
+
+
+def earliest(moments: Sequence[datetime | None]) -> datetime | None:
+    """The earliest of the given instants (``None`` for none)."""
+    known = [m for m in moments if m is not None]
+    return min(known) if known else None

@@ -1,0 +1,202 @@
+"""Limits and pause across worker processes (started through the CLI): the caps hold
+whatever the number of workers, a paused type stays untouched until resumed, and a
+resume or a freed slot wakes workers at once (their poll interval is a minute)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from queuert_notify.client import ChainSpec, Client
+from tests.support.limits_app import runs_table
+from tests.support.queue_helpers import wait_until
+from tests.support.worker_processes import WorkerProcesses
+
+pytestmark = pytest.mark.slow
+
+pytest_plugins = ["tests.support.queue_fixtures"]
+
+APP = "tests.support.limits_app:build_worker"
+
+
+@pytest.fixture
+def workers(
+    database_url: str,
+    table_prefix: str,
+    notify_kind: str,
+    prefix: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+) -> Iterator[WorkerProcesses]:
+    env = {"QT_DATABASE_URL": database_url, "QT_TABLE_PREFIX": table_prefix}
+    if notify_kind == "redis":
+        env["QT_REDIS_URL"] = str(request.getfixturevalue("redis_url"))
+        env["QT_REDIS_PREFIX"] = prefix
+    procs = WorkerProcesses(env, tmp_path, app=APP)
+    try:
+        yield procs
+    finally:
+        procs.kill_all()
+
+
+@pytest.fixture
+async def runs(engine: AsyncEngine, table_prefix: str, state: Any) -> Any:
+    table = runs_table(table_prefix)
+    async with engine.begin() as conn:
+        await conn.run_sync(table.create)
+    return table
+
+
+async def _rows(engine: AsyncEngine, runs: Any) -> list[Any]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(select(runs))).all())
+
+
+def _most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of intervals that overlap at one instant."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    most = current = 0
+    for _, step in events:  # an end sorts before a start at the same instant
+        current += step
+        most = max(most, current)
+    return most
+
+
+async def _stop(workers: WorkerProcesses, names: list[str]) -> None:
+    for proc in workers.procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc, name in zip(workers.procs, names, strict=True):
+        assert await asyncio.to_thread(proc.wait, 30) == 0, workers.log(name)
+
+
+@pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
+@pytest.mark.parametrize("notify_kind", ["redis"], indirect=True)
+async def test_concurrency_and_key_concurrency_hold_across_four_worker_processes(
+    client: Client, workers: WorkerProcesses, runs: Any, engine: AsyncEngine
+) -> None:
+    total, keys = 2000, 50
+    await client.set_limits("limited", concurrency=3, key_concurrency=1)
+    for first in range(0, total, 500):
+        await client.start_chains(
+            [
+                ChainSpec("limited", {"sleep": 0.002}, concurrency_key=f"customer-{n % keys}")
+                for n in range(first, first + 500)
+            ]
+        )
+    names = [f"w{i}" for i in range(4)]
+    for name in names:
+        workers.start(name, QT_CONCURRENCY="8")
+
+    async def all_completed() -> bool:
+        return (await client.count_jobs()).get("completed", 0) == total
+
+    await wait_until(all_completed, timeout=240, interval=0.5)
+    await _stop(workers, names)
+    rows = await _rows(engine, runs)
+    assert len(rows) == total and len({r.job_id for r in rows}) == total
+    assert _most_at_once([(r.started, r.ended) for r in rows]) <= 3
+    for key in {r.concurrency_key for r in rows}:
+        same_key = [(r.started, r.ended) for r in rows if r.concurrency_key == key]
+        assert _most_at_once(same_key) == 1, key
+    # Every worker took part: a held-back job goes to whichever worker is woken.
+    assert len({r.worker_id for r in rows}) >= 2
+
+
+@pytest.mark.parametrize("state_kind", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("notify_kind", ["redis"], indirect=True)
+async def test_a_rate_of_50_per_second_is_never_exceeded(
+    client: Client, workers: WorkerProcesses, runs: Any, engine: AsyncEngine
+) -> None:
+    total, rate = 300, 50
+    await client.set_limits("limited", rate=rate, per=timedelta(seconds=1))
+    await client.start_chains([ChainSpec("limited") for _ in range(total)])
+    names = ["a", "b", "c"]
+    for name in names:
+        workers.start(name, QT_CONCURRENCY="16")
+
+    async def all_completed() -> bool:
+        return (await client.count_jobs()).get("completed", 0) == total
+
+    began = time.monotonic()
+    await wait_until(all_completed, timeout=60, interval=0.2)
+    elapsed = time.monotonic() - began
+    await _stop(workers, names)
+    claims = sorted(r.claimed for r in await _rows(engine, runs))
+    assert len(claims) == total
+    # At most 50 claimed in any window of one second, at the instants the claims took
+    # (a handler starts a few milliseconds later, by a varying amount).
+    most = max(sum(1 for t in claims[i:] if t < c + 1.0 - 1e-6) for i, c in enumerate(claims))
+    assert most <= rate
+    # Held-back jobs start as each window frees, not on the minute-long poll.
+    claiming = claims[-1] - claims[0]
+    assert claiming < total / rate + 1, (claiming, elapsed)
+
+
+@pytest.mark.parametrize("state_kind", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("notify_kind", ["redis"], indirect=True)
+async def test_pause_stops_new_starts_during_a_burst_and_resume_wakes_workers_at_once(
+    client: Client, workers: WorkerProcesses, runs: Any, engine: AsyncEngine
+) -> None:
+    total = 400
+    await client.start_chains([ChainSpec("limited", {"sleep": 0.05}) for _ in range(total)])
+    names = ["a", "b"]
+    for name in names:
+        workers.start(name, QT_CONCURRENCY="8")
+
+    async def some_ran() -> bool:
+        return (await client.count_jobs()).get("completed", 0) >= 40
+
+    await wait_until(some_ran, timeout=60, interval=0.05)
+    await client.pause_type("limited")
+    paused_at = time.time()
+    assert await client.paused_types() == {"limited"}
+    # Running jobs finish; nothing new starts.
+    await asyncio.sleep(1.5)
+    counts = await client.count_jobs()
+    assert counts.get("running", 0) == 0
+    done_while_paused = counts.get("completed", 0)
+    assert done_while_paused < total
+    await asyncio.sleep(1.0)
+    assert (await client.count_jobs()).get("completed", 0) == done_while_paused
+
+    resumed_at = time.time()
+    await client.resume_type("limited")
+
+    async def all_completed() -> bool:
+        return (await client.count_jobs()).get("completed", 0) == total
+
+    await wait_until(all_completed, timeout=60, interval=0.1)
+    await _stop(workers, names)
+    starts = sorted(r.started for r in await _rows(engine, runs))
+    # A claim in flight when the pause committed may still start its jobs.
+    assert not [t for t in starts if paused_at + 0.5 < t < resumed_at]
+    first_after = min(t for t in starts if t >= resumed_at)
+    assert first_after - resumed_at < 1.0  # the poll interval is 60 s
+
+
+@pytest.mark.parametrize("state_kind", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("notify_kind", ["redis"], indirect=True)
+async def test_a_worker_started_after_the_pause_leaves_the_type_alone(
+    client: Client, workers: WorkerProcesses, runs: Any, engine: AsyncEngine
+) -> None:
+    await client.pause_type("limited")
+    chain = await client.start_chain("limited")
+    workers.start("late", QT_CONCURRENCY="4", QT_POLL="0.2")
+    await asyncio.sleep(2.0)
+    assert (await client.get_chain(chain.id)).status == "pending"
+    resumed_at = time.time()
+    await client.resume_type("limited")
+    done = await client.await_chain(chain.id, timeout=10, poll_interval=0.1)
+    assert done.status == "completed"
+    (row,) = await _rows(engine, runs)
+    assert row.started - resumed_at < 1.0
+    await _stop(workers, ["late"])

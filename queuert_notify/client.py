@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from queuert_notify import instrumentation
@@ -25,13 +25,13 @@ from queuert_notify.errors import (
     WaitChainTimeoutError,
 )
 from queuert_notify.notify.protocol import NotifyAdapter
+from queuert_notify.operations import QueueOperations
 from state_adapters.after_commit import buffer_for_transaction
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 from state_adapters.connection_loss import retry_on_connection_loss
 from state_adapters.ids import new_id
 from state_adapters.lost_commit import start_again
 from state_adapters.model import (
-    DEFAULT_PRUNE_BATCH_SIZE,
     FINAL_STATUSES,
     ChainRecord,
     DedupScope,
@@ -40,11 +40,10 @@ from state_adapters.model import (
     NewChain,
     Page,
     StartedChain,
-    TypeLimits,
 )
 from state_adapters.notifications import NotificationBuffer, send_later, wait_for_notifications
 from state_adapters.protocol import StateAdapter
-from state_adapters.validation import check_json, check_positive_int, new_chain, new_job
+from state_adapters.validation import check_json, new_chain, new_job
 
 if TYPE_CHECKING:
     from state_adapters.protocol import CallerSession
@@ -105,7 +104,7 @@ class ChainSpec:
         )
 
 
-class Client:
+class Client(QueueOperations):
     """Application-side access to the queue.
 
     ``async with Client(state=..., notify=...)`` connects the notify adapter on enter
@@ -438,36 +437,6 @@ class Client:
             session, lambda: self.state.delete_chain(chain_id, session=session), again=delete_again
         )
 
-    async def prune(
-        self, *, older_than: timedelta, batch_size: int = DEFAULT_PRUNE_BATCH_SIZE
-    ) -> int:
-        """Delete the chains that finished (completed, failed or cancelled) more than
-        ``older_than`` ago, with their jobs; returns how many chains were deleted.
-
-        In transactions of ``batch_size`` chains each, oldest first, paced: after each
-        batch it waits as long as the batch took, so it holds write locks (on SQLite,
-        the database) at most half the time and claims keep flowing. A chain that a job
-        of an unfinished chain waits on is kept until that chain is final. Any number of
-        callers (and workers with ``retention``) may prune at once: they never delete
-        the same chains nor wait on each other's. Safe to repeat."""
-        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
-            raise InvalidInputError(
-                f"older_than must be a timedelta >= 0 (e.g. timedelta(days=7)), got {older_than!r}"
-            )
-        check_positive_int(batch_size, "batch_size")
-        finished_before = datetime.now(UTC) - older_than
-        loop = asyncio.get_running_loop()
-        total = 0
-        while True:
-            started = loop.time()
-            deleted = await self._retried(
-                None, lambda: self.state.prune_chains(finished_before, batch_size=batch_size)
-            )
-            total += deleted
-            if deleted < batch_size:
-                return total
-            await asyncio.sleep(loop.time() - started)
-
     async def _finish_chain(
         self, session: CallerSession, finish: Callable[[NotificationBuffer], Awaitable[ChainRecord]]
     ) -> ChainRecord:
@@ -482,53 +451,6 @@ class Client:
             return chain
 
         return await self._write(session, finish, again=finish_again)
-
-    # -- operating the queue ---------------------------------------------------------
-
-    async def pause_type(self, type_name: str) -> None:
-        """Stop every worker from claiming jobs of ``type_name``, including workers
-        started later; running jobs finish. Stored in the database until
-        :meth:`resume_type`. Safe to repeat."""
-        await self._write(None, lambda notes: self.state.pause_type(type_name, notes=notes))
-
-    async def resume_type(self, type_name: str) -> None:
-        """Let workers claim ``type_name`` again and wake idle ones at once (one
-        ``notify_jobs_scheduled`` with its due jobs). Safe to repeat."""
-        await self._write(None, lambda notes: self.state.resume_type(type_name, notes=notes))
-
-    async def paused_types(self) -> set[str]:
-        """The job types paused now."""
-        return await self._retried(None, self.state.paused_types)
-
-    async def set_limits(
-        self,
-        type_name: str,
-        *,
-        concurrency: int | None = None,
-        key_concurrency: int | None = None,
-        rate: int | None = None,
-        per: timedelta | None = None,
-    ) -> TypeLimits:
-        """Set the limits of ``type_name``, held across every worker and process:
-        ``concurrency`` running jobs of the type, ``key_concurrency`` running jobs per
-        ``concurrency_key`` (see :meth:`start_chain`), ``rate`` jobs started per ``per``
-        in any window of that length. Every call replaces all four; ``None`` lifts a
-        limit (no arguments: none). Workers follow within a second. Bad values raise
-        ``InvalidInputError`` before anything is written. Safe to repeat."""
-        if per is not None and not isinstance(per, timedelta):
-            raise InvalidInputError(f"per must be a timedelta (or None), got {per!r}")
-        seconds = None if per is None else per.total_seconds()
-        return await self._write(
-            None,
-            lambda notes: self.state.set_limits(
-                type_name,
-                concurrency=concurrency,
-                key_concurrency=key_concurrency,
-                rate=rate,
-                per_seconds=seconds,
-                notes=notes,
-            ),
-        )
 
     # -- state calls -----------------------------------------------------------------
 

@@ -4,9 +4,11 @@ the caller's transaction or one of the adapter's own, with the notifications it 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from state_adapters import validation
+from state_adapters.arguments import check_key
 from state_adapters.errors import ChainInUseError, ChainNotFoundError, InvalidInputError
 from state_adapters.finishing import finalize_chains
 from state_adapters.model import ChainRecord
@@ -17,9 +19,10 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from state_adapters.database import Database
+    from state_adapters.transactions import CallerSession, Transactions
 
 
-async def finish_chain(
+async def _finish(
     db: Database,
     conn: AsyncConnection,
     notes: NotificationBuffer,
@@ -43,7 +46,7 @@ async def finish_chain(
     return await read_chain(db, conn, chain_id)
 
 
-async def retry_chain(
+async def _retry(
     db: Database, conn: AsyncConnection, notes: NotificationBuffer, chain_id: str, now: datetime
 ) -> ChainRecord:
     """Run a failed or cancelled chain again from its last job, attempts starting
@@ -64,7 +67,7 @@ async def retry_chain(
     return await read_chain(db, conn, chain_id)
 
 
-async def trigger_chain(
+async def _trigger(
     db: Database, conn: AsyncConnection, notes: NotificationBuffer, chain_id: str, now: datetime
 ) -> ChainRecord:
     """Make the chain's pending job due now (skipping a delay or a retry backoff)."""
@@ -73,7 +76,7 @@ async def trigger_chain(
     return await read_chain(db, conn, chain_id)
 
 
-async def delete_chain(db: Database, conn: AsyncConnection, chain_id: str) -> None:
+async def _delete(db: Database, conn: AsyncConnection, chain_id: str) -> None:
     """Delete a chain, its jobs and its dedup key; ``ChainInUseError`` while jobs of
     other chains are blocked on it (nothing is deleted then)."""
     # The lock makes a concurrent start that blocks on this chain either
@@ -100,3 +103,80 @@ async def read_chain(db: Database, conn: AsyncConnection, chain_id: str) -> Chai
 def chain_not_found(chain_id: str) -> ChainNotFoundError:
     """The error of a chain id that names no chain."""
     return ChainNotFoundError(f"no chain with id {chain_id!r}")
+
+
+class ChainActions:
+    """The chain actions of :class:`~state_adapters.sqlalchemy.SqlAlchemyStateAdapter`:
+    each checks its arguments, then runs its step in the caller's transaction or one of
+    the adapter's own."""
+
+    _db: Database
+    _transactions: Transactions
+
+    async def cancel_chain(
+        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> ChainRecord:
+        """Cancel the chain's unfinished job (blocked, pending or running; a
+        running one's worker loses ownership). A final chain is returned as is."""
+        check_key(chain_id, "chain_id")
+        return await self._transactions.write(
+            session,
+            notes,
+            lambda c, n: _finish(self._db, c, n, chain_id, "cancelled", None, _now()),
+        )
+
+    async def complete_chain(
+        self,
+        chain_id: str,
+        output: Any,
+        *,
+        notes: NotificationBuffer,
+        session: CallerSession = None,
+    ) -> ChainRecord:
+        """Workerless completion: the chain's unfinished job completes with
+        ``output`` (a worker running it loses ownership). A final chain is
+        returned as is."""
+        check_key(chain_id, "chain_id")
+        validation.check_json(output, "output")
+        return await self._transactions.write(
+            session,
+            notes,
+            lambda c, n: _finish(self._db, c, n, chain_id, "completed", output, _now()),
+        )
+
+    async def retry_chain(
+        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> ChainRecord:
+        """Run a failed or cancelled chain again from its last job, with its attempts
+        starting over (blocked again if chains it waits on are unfinished). Raises
+        ``ChainNotFoundError``, or ``InvalidInputError`` for a chain that did not fail
+        and was not cancelled."""
+        check_key(chain_id, "chain_id")
+        return await self._transactions.write(
+            session, notes, lambda c, n: _retry(self._db, c, n, chain_id, _now())
+        )
+
+    async def trigger_chain(
+        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> ChainRecord:
+        """Make the chain's pending job due now (skipping a delay or a retry backoff)."""
+        check_key(chain_id, "chain_id")
+        return await self._transactions.write(
+            session,
+            notes,
+            lambda c, n: _trigger(self._db, c, n, chain_id, _now()),
+        )
+
+    async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
+        """Delete a chain, its jobs and its dedup key; raises ``ChainInUseError``
+        while jobs of other chains are blocked on it (nothing is deleted then)."""
+        check_key(chain_id, "chain_id")
+        await self._transactions.write(
+            session,
+            NotificationBuffer(),
+            lambda c, _n: _delete(self._db, c, chain_id),
+        )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -7,11 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from state_adapters import job_counts
-from state_adapters.chain_actions import read_chain
-from state_adapters.errors import InvalidInputError, JobNotFoundError
-from state_adapters.model import ALL_STATUSES, ChainRecord, JobRecord, JobStatus, Page
-from state_adapters.records import chain_record, job_record
-from state_adapters.validation import (
+from state_adapters.arguments import (
     check_id_cursor,
     check_index_cursor,
     check_key,
@@ -20,6 +16,10 @@ from state_adapters.validation import (
     check_status,
     check_type_names,
 )
+from state_adapters.chain_actions import read_chain
+from state_adapters.errors import InvalidInputError, JobNotFoundError
+from state_adapters.model import ALL_STATUSES, ChainRecord, JobRecord, JobStatus, Page
+from state_adapters.records import chain_record, job_record
 
 if TYPE_CHECKING:
     from state_adapters.database import Database

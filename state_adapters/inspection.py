@@ -9,18 +9,18 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from state_adapters.errors import InvalidInputError
-from state_adapters.inspection_statements import InspectionStatements
-from state_adapters.model import ActivityMinute, ChainLinks, JobStatus, Page, QueueOverview
-from state_adapters.records import chain_record
-from state_adapters.schema import Tables
-from state_adapters.validation import (
+from state_adapters.arguments import (
     check_id_cursor,
     check_key,
     check_limit,
     check_optional_key,
     check_status,
 )
+from state_adapters.errors import InvalidInputError
+from state_adapters.inspection_statements import InspectionStatements
+from state_adapters.model import ActivityMinute, ChainLinks, JobStatus, Page, QueueOverview
+from state_adapters.records import chain_record
+from state_adapters.schema import Tables
 
 if TYPE_CHECKING:
     from state_adapters.database import Database

@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from state_adapters import chain_actions, failing, missing_tables, starting, validation
+from state_adapters import arguments, failing, missing_tables, starting, validation
+from state_adapters.arguments import check_type_names, check_worker_id
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
+from state_adapters.chain_actions import ChainActions
 from state_adapters.chain_reads import ChainReads
 from state_adapters.completion import claim_jobs, complete, ownership_lost
 from state_adapters.connection_lanes import lanes_for
@@ -41,7 +43,6 @@ from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.handler_transaction import HandlerTransaction
 from state_adapters.inspection import Inspection
 from state_adapters.model import (
-    ChainRecord,
     Completion,
     FailureOutcome,
     JobRecord,
@@ -56,14 +57,15 @@ from state_adapters.sqlite_connections import SQLITE_SYNCHRONOUS, SqliteSynchron
 from state_adapters.statements import Query
 from state_adapters.transactions import Transactions
 from state_adapters.type_controls import TypeControlMethods, TypeControls
-from state_adapters.validation import check_key, check_type_names, check_worker_id
 
 if TYPE_CHECKING:
     from state_adapters.database import Conn
     from state_adapters.transactions import CallerSession
 
 
-class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations, TypeControlMethods):
+class SqlAlchemyStateAdapter(
+    ChainActions, ChainReads, Inspection, QueueOperations, TypeControlMethods
+):
     """Job state in the application's own Postgres or SQLite database.
 
     ``engine`` stays the caller's (dispose it yourself); ``table_prefix`` and
@@ -151,7 +153,7 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations, TypeContro
         """
         for chain in chains:
             validation.check_new_chain(chain)
-        validation.check_distinct_ids(chains)
+        arguments.check_distinct_ids(chains)
         if not chains:
             return []
         if session is None and not any(c.dedup_key or c.blockers for c in chains):
@@ -457,76 +459,6 @@ class SqlAlchemyStateAdapter(ChainReads, Inspection, QueueOperations, TypeContro
             return []
         return await self._transactions.write(
             None, notes, lambda c, n: failing.reap(self._db, c, n, types, limit, _now())
-        )
-
-    # -- application-side chain actions ------------------------------------------------
-
-    async def cancel_chain(
-        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
-    ) -> ChainRecord:
-        """Cancel the chain's unfinished job (blocked, pending or running; a
-        running one's worker loses ownership). A final chain is returned as is."""
-        check_key(chain_id, "chain_id")
-        return await self._transactions.write(
-            session,
-            notes,
-            lambda c, n: chain_actions.finish_chain(
-                self._db, c, n, chain_id, "cancelled", None, _now()
-            ),
-        )
-
-    async def complete_chain(
-        self,
-        chain_id: str,
-        output: Any,
-        *,
-        notes: NotificationBuffer,
-        session: CallerSession = None,
-    ) -> ChainRecord:
-        """Workerless completion: the chain's unfinished job completes with
-        ``output`` (a worker running it loses ownership). A final chain is
-        returned as is."""
-        check_key(chain_id, "chain_id")
-        validation.check_json(output, "output")
-        return await self._transactions.write(
-            session,
-            notes,
-            lambda c, n: chain_actions.finish_chain(
-                self._db, c, n, chain_id, "completed", output, _now()
-            ),
-        )
-
-    async def retry_chain(
-        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
-    ) -> ChainRecord:
-        """Run a failed or cancelled chain again from its last job, with its attempts
-        starting over (blocked again if chains it waits on are unfinished). Raises
-        ``ChainNotFoundError``, or ``InvalidInputError`` for a chain that did not fail
-        and was not cancelled."""
-        check_key(chain_id, "chain_id")
-        return await self._transactions.write(
-            session, notes, lambda c, n: chain_actions.retry_chain(self._db, c, n, chain_id, _now())
-        )
-
-    async def trigger_chain(
-        self, chain_id: str, *, notes: NotificationBuffer, session: CallerSession = None
-    ) -> ChainRecord:
-        """Make the chain's pending job due now (skipping a delay or a retry backoff)."""
-        check_key(chain_id, "chain_id")
-        return await self._transactions.write(
-            session,
-            notes,
-            lambda c, n: chain_actions.trigger_chain(self._db, c, n, chain_id, _now()),
-        )
-
-    async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
-        """Delete a chain, its jobs and its dedup key; raises ``ChainInUseError``
-        while jobs of other chains are blocked on it (nothing is deleted then)."""
-        check_key(chain_id, "chain_id")
-        await self._transactions.write(
-            session,
-            NotificationBuffer(),
-            lambda c, _n: chain_actions.delete_chain(self._db, c, chain_id),
         )
 
 

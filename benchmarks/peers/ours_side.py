@@ -105,14 +105,19 @@ class OursSide:
         return last - started
 
     async def _drain_in_processes(self, jobs: int, concurrency: int) -> float:
-        """``queuert-notify worker --processes N`` on this stack's tables, timed from its
-        start until the database shows no unfinished job (checked every 10 ms)."""
+        """``queuert-notify worker --processes N`` on this stack's tables, timed from the
+        first claim (the children's interpreter start and imports are not counted, as
+        they are not for a worker in this process) until the database shows no
+        unfinished job; both read from the database every 10 ms."""
         env = {
             **os.environ,
             "QUEUERT_BENCH_DATABASE_URL": str(self.stack.engine.url.render_as_string(False)),
             "QUEUERT_BENCH_TABLE_PREFIX": f"{self.stack.prefix}_",
             "QUEUERT_BENCH_CONCURRENCY": str(concurrency),
+            "QUEUERT_BENCH_PREFIX": self.stack.prefix,
         }
+        if self.args.notify == "redis":
+            env["QUEUERT_BENCH_REDIS_URL"] = self.args.redis_url
         command = [
             sys.executable,
             "-m",
@@ -121,26 +126,26 @@ class OursSide:
             "benchmarks.peers.ours_worker:build_worker",
             f"--processes={self.args.processes}",
         ]
-        started = time.perf_counter()
         supervisor = await asyncio.create_subprocess_exec(
             *command, env=env, stdout=asyncio.subprocess.DEVNULL
         )
         try:
             async with asyncio.timeout(max(120.0, jobs / 20)):
-                # Another process does the work: the database is the only witness.
-                while await self._unfinished() > 0:  # noqa: ASYNC110
+                # Other processes do the work: the database is the only witness.
+                while await self._count("status = 'pending'") == jobs:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+                started = time.perf_counter()
+                while await self._count("status <> 'completed'") > 0:  # noqa: ASYNC110
                     await asyncio.sleep(0.01)
             return time.perf_counter() - started
         finally:
             supervisor.terminate()
             await supervisor.wait()
 
-    async def _unfinished(self) -> int:
+    async def _count(self, where: str) -> int:
         table = f"{self.stack.prefix}_jobs"
         async with self.stack.engine.connect() as conn:
-            count = await conn.scalar(
-                text(f"SELECT count(*) FROM {table} WHERE status <> 'completed'")
-            )
+            count = await conn.scalar(text(f"SELECT count(*) FROM {table} WHERE {where}"))
         return int(count or 0)
 
     async def start_idle_worker(self, arrival: workloads.Arrival) -> Callable[[], Awaitable[None]]:

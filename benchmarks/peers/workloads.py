@@ -138,17 +138,23 @@ def _settle(waiting: list[asyncio.Future[float]], now: float) -> None:
 
 
 async def drain_workload(side: Side, jobs: int, concurrency: int) -> dict[str, float]:
-    """Fill ``jobs`` no-op jobs, then time one worker draining them; also the CPU this
-    process and its children used meanwhile (the queue's side) and what the whole
-    machine used (the database, the queue and anything else), in % of one core."""
+    """Fill ``jobs`` no-op jobs, then time one worker draining them. Also the CPU split
+    over the whole drain call (start-up and shut-down included): what this process and
+    its children used (the queue's side) and what the whole machine used (the database,
+    the queue and anything else running), in % of one core."""
     await side.fill(jobs)
     queue_before, machine_before = _queue_cpu(), _machine_cpu()
+    began = time.perf_counter()
     seconds = await side.drain(jobs, concurrency)
-    queue, machine = _queue_cpu() - queue_before, _machine_cpu() - machine_before
+    wall = time.perf_counter() - began
+    queue = _queue_cpu() - queue_before
+    busy, total = (
+        after - before for after, before in zip(_machine_cpu(), machine_before, strict=True)
+    )
     return {
         "jobs/s": jobs / seconds,
-        "queue CPU %": 100 * queue / seconds,
-        "machine CPU %": 100 * machine / seconds,
+        "queue CPU %": 100 * queue / wall,
+        "machine CPU %": 100 * (os.cpu_count() or 1) * busy / total if total else math.nan,
     }
 
 
@@ -159,15 +165,17 @@ def _queue_cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _machine_cpu() -> float:
-    """Busy CPU seconds of the whole machine since boot (every core), from /proc/stat."""
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, busy + idle) ticks of every core since boot, from /proc/stat; time stolen
+    by the hypervisor counts as neither."""
     try:
         with open("/proc/stat", encoding="ascii") as stat:
             fields = [int(value) for value in stat.readline().split()[1:]]
     except OSError:
-        return math.nan
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+        return (0.0, 0.0)
+    user, nice, system, idle, iowait, irq, softirq = fields[:7]
+    busy = user + nice + system + irq + softirq
+    return (float(busy), float(busy + idle + iowait))
 
 
 def parser(description: str) -> argparse.ArgumentParser:

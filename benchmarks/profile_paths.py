@@ -31,9 +31,10 @@ from queuert_notify.worker import Worker
 
 _LAYERS = (
     ("waiting on sockets (server round trips)", ("select.epoll", "selectors.py")),
+    ("socket send/recv system calls", ("_socket.socket", "'send'", "'recv'")),
     ("psycopg", ("/psycopg/", "psycopg_binary", "psycopg_c")),
     ("aiosqlite + sqlite3", ("/aiosqlite/", "sqlite3", "_sqlite3")),
-    ("SQLAlchemy", ("/sqlalchemy/",)),
+    ("SQLAlchemy", ("/sqlalchemy/", "greenlet")),
     ("queuert_notify", ("/queuert_notify/",)),
     ("state_adapters", ("/state_adapters/",)),
     ("redis-py", ("/redis/", "hiredis")),
@@ -54,8 +55,14 @@ def by_layer(profile: cProfile.Profile, calls: int) -> dict[str, float]:
     """Self time per call (µs) summed by layer."""
     stats = pstats.Stats(profile)
     totals: dict[str, float] = defaultdict(float)
+    others: dict[str, float] = defaultdict(float)
     for (filename, _, function), row in stats.stats.items():  # type: ignore[attr-defined]
-        totals[_layer(filename, function)] += row[2]  # tottime
+        layer = _layer(filename, function)
+        totals[layer] += row[2]  # tottime
+        if layer.startswith("other"):
+            others[f"{filename.rsplit('/', 1)[-1]}:{function}"] += row[2]
+    top = sorted(others.items(), key=lambda item: -item[1])[:5]
+    print("  largest in other:", ", ".join(f"{name} {t / calls * 1e6:.0f} µs" for name, t in top))
     return {name: seconds / calls * 1e6 for name, seconds in totals.items()}
 
 

@@ -15,6 +15,7 @@ from benchmarks import (
     instrumentation_cost,
     limits,
     notify_overhead,
+    peer_queues,
     prune_impact,
     redis_cost,
     start_throughput,
@@ -40,6 +41,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     wake_modes,
     dashboard,
     prune_impact,
+    peer_queues,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

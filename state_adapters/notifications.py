@@ -125,18 +125,26 @@ class NotificationBuffer:
         return list(dict.fromkeys(key for k, key, _ in self._entries if k == kind))
 
     async def flush(self, notify: Publisher) -> None:
-        """Send everything (one ``notify_jobs_scheduled`` call for all types, then
-        chain completions, then ownership losses) and empty the buffer."""
+        """Send everything (one ``notify_jobs_scheduled`` call for all types, then the
+        chain completions and ownership losses, started together in that order) and
+        empty the buffer."""
         counts, chains, jobs = self.scheduled, self.completed_chains, self.lost_jobs
         self.clear()
         if counts:
             await _send(notify, "notify_jobs_scheduled", notify.notify_jobs_scheduled(counts))
-        for chain_id in chains:
-            await _send(notify, "notify_chain_completed", notify.notify_chain_completed(chain_id))
-        for job_id in jobs:
-            await _send(
-                notify, "notify_job_ownership_lost", notify.notify_job_ownership_lost(job_id)
-            )
+        # Started together, in order: an adapter that batches what is published in one
+        # turn of the event loop (the shipped transports do) sends them in one round
+        # trip instead of one per chain.
+        await asyncio.gather(
+            *(
+                _send(notify, "notify_chain_completed", notify.notify_chain_completed(chain_id))
+                for chain_id in chains
+            ),
+            *(
+                _send(notify, "notify_job_ownership_lost", notify.notify_job_ownership_lost(job_id))
+                for job_id in jobs
+            ),
+        )
 
     # -- savepoints (used by the transaction hooks) ------------------------------------
 

@@ -365,3 +365,38 @@ async def test_dashboard_write_cost_compares_with_and_without_its_indexes() -> N
     assert "| SQLite, with the dashboard's indexes |" in report
     assert "| SQLite, without the dashboard's indexes |" in report
     assert "| SQLite: with / without |" in report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # twenty driver processes, each with a database of its own
+async def test_peers_runs_every_workload_for_ours_and_the_floors(
+    redis_url: str, postgres_url: str, nats_url: str
+) -> None:
+    # Ours only: the peers' side needs a virtualenv installed from PyPI (network, and
+    # about a minute the first time), which CI cannot count on; their drivers run in
+    # `python -m benchmarks peers` itself (docs/benchmarks.md).
+    report = await run_benchmark(
+        [
+            "peers",
+            "--rounds=1",
+            "--peers=",
+            "--calls=5",
+            "--batches=1",
+            "--samples=3",
+            "--jobs=40",
+            "--processes=2",
+            *_services(redis_url, postgres_url),
+            f"--nats-url={nats_url}",
+        ]
+    )
+
+    for row in (
+        "queuert-notify, Postgres + noop",
+        "bare psycopg (floor)",
+        "queuert-notify, SQLite + in-process",
+        "bare sqlite3 (floor)",
+        "queuert-notify, Postgres + Redis, 2 processes",
+    ):
+        assert f"| {row} |" in report
+    for column in ("p50 / floor", "100/tx jobs/s", "p99 ms", "jobs/s", "queue CPU %"):
+        assert column in report

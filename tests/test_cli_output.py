@@ -52,7 +52,15 @@ def _worker_log(tmp_path: Path, *options: str) -> list[str]:
     )
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "queuert_notify.cli", "worker", "failing_app:build", *options],
+        [
+            sys.executable,
+            "-m",
+            "queuert_notify.cli",
+            "worker",
+            "failing_app:build",
+            "--processes=1",
+            *options,
+        ],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,

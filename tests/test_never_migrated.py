@@ -136,7 +136,14 @@ def test_the_worker_command_prints_one_line_and_exits(
         WORKER_MODULE.format(url=database_url, prefix=f"{prefix}_")
     )
     done = subprocess.run(
-        [sys.executable, "-m", "queuert_notify.cli", "worker", "never_migrated_app:build"],
+        [
+            sys.executable,
+            "-m",
+            "queuert_notify.cli",
+            "worker",
+            "never_migrated_app:build",
+            "--processes=1",
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,

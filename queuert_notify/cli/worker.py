@@ -1,19 +1,21 @@
 """``queuert-notify worker module:attr``: load the user's Worker and run it until a
-signal stops it."""
+signal stops it; with ``--processes N``, N worker processes under a supervisor."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from queuert_notify import log_format as logs
 from queuert_notify.cli.output import console, run
+from queuert_notify.supervisor import EXIT_DO_NOT_RESTART
 
 if TYPE_CHECKING:
     from queuert_notify.worker import Worker
@@ -29,11 +31,66 @@ if TYPE_CHECKING:
     help="text: rich on a terminal, plain unwrapped lines elsewhere; json: one object "
     "per line with the record's extra keys (job_id, type_name, attempt, worker_id).",
 )
-def worker_command(target: str, log_format: logs.LogFormat) -> None:
+@click.option(
+    "--processes",
+    type=click.IntRange(1),
+    default=None,
+    help="Worker processes to run under one supervisor that restarts a crashed one "
+    "[default: one per core]. 1 runs the worker in this process, unsupervised.",
+)
+@click.option("--supervised", is_flag=True, hidden=True)
+@click.pass_context
+def worker_command(
+    context: click.Context,
+    target: str,
+    log_format: logs.LogFormat,
+    processes: int | None,
+    supervised: bool,
+) -> None:
     """Run the worker TARGET, given as module:attr -- a Worker, or a function (sync or
-    async) returning one. SIGTERM/SIGINT drain running jobs, a second one cancels them."""
+    async) returning one. SIGTERM/SIGINT drain running jobs, a second one cancels them.
+    With several --processes, each child process builds its own worker from TARGET."""
     logs.configure(logging.getLogger().level, log_format)
-    run(_run_worker(target))
+    processes = processes or os.cpu_count() or 1
+    if processes > 1 and not supervised:
+        sys.exit(_supervise(context, target, log_format, processes))
+    try:
+        run(_run_worker(target))
+    except click.ClickException as exc:
+        if not supervised or isinstance(exc, click.UsageError):
+            raise
+        # The supervisor must not restart a worker into the same one-line error.
+        raise _DoNotRestartError(exc.message) from None
+
+
+class _DoNotRestartError(click.ClickException):
+    exit_code = EXIT_DO_NOT_RESTART
+
+
+def _supervise(
+    context: click.Context, target: str, log_format: logs.LogFormat, processes: int
+) -> int:
+    from queuert_notify.supervisor import Supervisor
+    from queuert_notify.worker import Worker
+
+    # A bad target is a usage error here, not in every child.
+    obj = _import_target(target)
+    if not isinstance(obj, Worker) and not callable(obj):
+        _not_a_worker(target, obj)
+    verbose = context.parent is not None and context.parent.params.get("verbose", False)
+    command = [
+        sys.executable,
+        "-m",
+        "queuert_notify.cli",
+        *(["-v"] if verbose else []),
+        "worker",
+        target,
+        f"--log-format={log_format}",
+        "--processes=1",
+        "--supervised",
+    ]
+    console().print(f"supervising {processes} worker processes of {target}", highlight=False)
+    return asyncio.run(Supervisor(command, processes).run())
 
 
 async def _run_worker(target: str) -> None:
@@ -59,6 +116,24 @@ async def load_worker(target: str) -> Worker:
     calling it (and awaiting, if it is async) returns; anything else is a usage error."""
     from queuert_notify.worker import Worker
 
+    obj = _import_target(target)
+    if not isinstance(obj, Worker) and callable(obj):
+        obj = obj()
+        if inspect.isawaitable(obj):
+            obj = await obj
+    if not isinstance(obj, Worker):
+        _not_a_worker(target, obj)
+    return obj
+
+
+def _not_a_worker(target: str, obj: object) -> NoReturn:
+    raise click.UsageError(
+        f"{target} is a {type(obj).__name__}; expected a Worker or a function returning one"
+    )
+
+
+def _import_target(target: str) -> object:
+    """The object ``module:attr`` names (not called yet)."""
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise click.UsageError(f"expected module:attr, got {target!r}")
@@ -70,15 +145,6 @@ async def load_worker(target: str) -> Worker:
     except ImportError as exc:
         raise click.UsageError(f"cannot import {module_name!r}: {exc}") from None
     try:
-        obj = getattr(module, attr)
+        return getattr(module, attr)
     except AttributeError:
         raise click.UsageError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if not isinstance(obj, Worker) and callable(obj):
-        obj = obj()
-        if inspect.isawaitable(obj):
-            obj = await obj
-    if not isinstance(obj, Worker):
-        raise click.UsageError(
-            f"{target} is a {type(obj).__name__}; expected a Worker or a function returning one"
-        )
-    return obj

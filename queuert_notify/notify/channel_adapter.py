@@ -18,6 +18,7 @@ from queuert_notify.notify.protocol import (
     TypeNameCallback,
     Unsubscribe,
 )
+from queuert_notify.notify.publish_batch import PublishBatch
 from queuert_notify.notify.shared_listener import SharedListener
 
 logger = logging.getLogger(__name__)
@@ -30,12 +31,14 @@ class ChannelNotifyAdapter(ConnectOnEnter):
     Invariants:
 
     - Every ``notify_*`` checks its payload before anything is sent, then makes
-      one :meth:`_publish` call; every ``listen_*`` connects first (lazily) and
-      registers on the one :class:`SharedListener`, so a channel is subscribed
-      once however many listeners share it. A channel is unsubscribed when its last
-      listener leaves, except the one ownership-lost channel shared by every job
-      (all but Redis Cluster's per-job channels): once listened, it stays subscribed
-      until ``close()``, because a worker listens on it for every run it starts.
+      one :meth:`_publish` call (chain-completed and ownership-lost messages published
+      in the same turn of the event loop share one where ``_BATCH_PUBLISHES``, see
+      :class:`PublishBatch`); every ``listen_*`` connects first (lazily) and registers on
+      the one :class:`SharedListener`, so a channel is subscribed once however many
+      listeners share it. A channel is unsubscribed when its last listener leaves, except the one
+      ownership-lost channel shared by every job (all but Redis Cluster's per-job
+      channels): once listened, it stays subscribed until ``close()``, because a worker
+      listens on it for every run it starts.
     - The channel of a message is :meth:`_channel` of its kind's base name
       (``_sched``, ``_chainc``, ``_owls``, from ``channel_name(prefix, kind)``)
       and the value; a channel carries type names exactly when its name starts
@@ -48,6 +51,9 @@ class ChannelNotifyAdapter(ConnectOnEnter):
     """
 
     _ADAPTER_NAME: ClassVar[str]  # the public class, named in the closed error
+    _BATCH_PUBLISHES: ClassVar[bool] = True
+    """Whether messages published in one turn share a :meth:`_publish` call; False for a
+    transport that would deliver identical messages of one call only once."""
 
     def __init__(
         self,
@@ -69,6 +75,7 @@ class ChannelNotifyAdapter(ConnectOnEnter):
         self._connected = False
         self._closed = False
         self._ignored_messages = 0
+        self._batch = PublishBatch(self._publish) if self._BATCH_PUBLISHES else None
 
     @property
     def ignored_messages(self) -> int:
@@ -124,14 +131,16 @@ class ChannelNotifyAdapter(ConnectOnEnter):
         return unsubscribe_all
 
     async def notify_chain_completed(self, chain_id: str) -> None:
-        await self._publish([self._message(self._chainc, "chain id", chain_id)])
+        # Completions of one committed batch are sent together (NotificationBuffer.flush
+        # starts them in one turn): one round trip for all, see PublishBatch.
+        await self._publish_one(self._message(self._chainc, "chain id", chain_id))
 
     async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
         await self._ready()
         return await self._listener.add(self._channel(self._chainc, chain_id), [chain_id], callback)
 
     async def notify_job_ownership_lost(self, job_id: str) -> None:
-        await self._publish([self._message(self._owls, "job id", job_id)])
+        await self._publish_one(self._message(self._owls, "job id", job_id))
 
     async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
         await self._ready()
@@ -157,6 +166,12 @@ class ChannelNotifyAdapter(ConnectOnEnter):
         return unsubscribe
 
     # -- for subclasses ------------------------------------------------------------
+
+    async def _publish_one(self, message: tuple[str, str]) -> None:
+        if self._batch is None:
+            await self._publish([message])
+        else:
+            await self._batch.publish(message)
 
     def _message(self, base: str, what: str, value: str) -> tuple[str, str]:
         """The ``(channel, payload)`` of a message about ``value``; raises

@@ -96,6 +96,9 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
     """
 
     _ADAPTER_NAME = "PostgresNotifyAdapter"
+    # Postgres delivers identical notifications of one transaction once: each publish
+    # stays a statement of its own, so every publish is delivered.
+    _BATCH_PUBLISHES = False
 
     def __init__(
         self,

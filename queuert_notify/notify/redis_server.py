@@ -163,8 +163,14 @@ class RedisServerTransport(ChannelNotifyAdapter):
 
     async def _publish(self, messages: list[tuple[str, str]]) -> None:
         await self._ready_to_send()
-        for channel, payload in messages:
-            await self._commands.publish(channel, payload)
+        if len(messages) == 1:
+            await self._commands.publish(*messages[0])
+            return
+        # One round trip for all (not a MULTI: each PUBLISH stands alone).
+        async with self._commands.pipeline(transaction=False) as pipe:
+            for channel, payload in messages:
+                pipe.publish(channel, payload)
+            await pipe.execute()
 
     # -- wake hints ------------------------------------------------------------
 

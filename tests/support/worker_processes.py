@@ -30,7 +30,32 @@ class WorkerProcesses:
         env = {**os.environ, **self.env, "QT_WORKER_ID": worker_id, **settings}
         log = (self.log_dir / f"{worker_id}.log").open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "queuert_notify.cli", "worker", self.app],
+            [sys.executable, "-m", "queuert_notify.cli", "worker", self.app, "--processes=1"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def start_supervisor(
+        self, name: str, processes: int, **settings: str
+    ) -> subprocess.Popen[bytes]:
+        """``queuert-notify worker --processes N``: its children get ids of their own
+        (``proc-<pid>``), its log is ``log(name)``."""
+        env = {**os.environ, **self.env, **settings}
+        env.pop("QT_WORKER_ID", None)
+        log = (self.log_dir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "queuert_notify.cli",
+                "worker",
+                self.app,
+                f"--processes={processes}",
+            ],
             cwd=REPO,
             env=env,
             stdout=log,

@@ -1,0 +1,1 @@
+"""Driver scripts of ``python -m benchmarks peers`` (benchmarks/peer_queues.py): one per side."""

@@ -19,7 +19,7 @@ from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker import Worker
 from state_adapters.protocol import StateAdapterBase
-from tests.support.queue_helpers import STATE_KINDS, CountingState, wait_until
+from tests.support.queue_helpers import STATE_KINDS, CountingState, job_events, wait_until
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
@@ -100,7 +100,10 @@ async def test_atomic_writes_that_fail_at_commit_fail_the_attempt(
     events: list[WorkerEvent] = []
     chain = await client.start_chain("invoice", {"number": "INV-1"}, max_attempts=2)
     async with Worker(
-        client, {"invoice": handler}, retry_backoff=lambda attempt: 0.01, on_event=events.append
+        client,
+        {"invoice": handler},
+        retry_backoff=lambda attempt: 0.01,
+        on_event=job_events(events),
     ):
         done = await client.await_chain(chain.id, timeout=10)
     assert done.status == "failed"
@@ -126,7 +129,7 @@ async def test_atomic_handler_writes_are_discarded_when_ownership_was_lost(
         return "too late"
 
     chain = await client.start_chain("t")
-    async with Worker(client, {"t": handler}, lease=30, on_event=events.append):
+    async with Worker(client, {"t": handler}, lease=30, on_event=job_events(events)):
         await asyncio.wait_for(written.wait(), 5)
         # Another actor takes over (no notification reaches the worker: noop adapter).
         cancel = asyncio.create_task(client.cancel(chain.id))

@@ -13,7 +13,7 @@ from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker import Worker
-from tests.support.queue_helpers import wait_until
+from tests.support.queue_helpers import job_events, wait_until
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
@@ -32,7 +32,7 @@ async def test_cancelling_a_chain_cancels_its_running_handler(client: Client) ->
             raise
 
     chain = await client.start_chain("long")
-    async with Worker(client, {"long": handler}, on_event=events.append):
+    async with Worker(client, {"long": handler}, on_event=job_events(events)):
         await asyncio.wait_for(started.wait(), 5)
         await client.cancel(chain.id)
         await asyncio.wait_for(cancelled.wait(), 5)
@@ -89,7 +89,7 @@ async def test_a_dead_workers_expired_lease_is_reaped_and_run_again(
     # A worker that claims the job and then dies without a word.
     (claimed,) = await state.acquire(["job"], worker_id="dead", lease_seconds=0.3)
     assert claimed.id == chain.id
-    async with Worker(client, {"job": handler}, reap_interval=0.1, on_event=events.append):
+    async with Worker(client, {"job": handler}, reap_interval=0.1, on_event=job_events(events)):
         done = await client.await_chain(chain.id, timeout=10)
     assert done.output == 2
     assert ("reaped", chain.id) in [(e.kind, e.job_id) for e in events]
@@ -135,7 +135,7 @@ async def test_heartbeat_raises_once_the_job_is_no_longer_ours(client: Client) -
 
     chain = await client.start_chain("t")
     # No notifications and a long lease: only the heartbeat can notice the cancel.
-    async with Worker(client, {"t": handler}, lease=30, on_event=events.append):
+    async with Worker(client, {"t": handler}, lease=30, on_event=job_events(events)):
         await asyncio.wait_for(started.wait(), 5)
         await client.cancel(chain.id)
         proceed.set()

@@ -9,7 +9,7 @@ from queuert_notify.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker import Worker
-from tests.support.queue_helpers import other_tasks
+from tests.support.queue_helpers import job_events, other_tasks
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
@@ -44,7 +44,7 @@ async def test_stop_cancels_handlers_still_running_after_the_drain_timeout(
         await asyncio.sleep(30)
 
     chain = await client.start_chain("t")
-    worker = Worker(client, {"t": handler}, drain_timeout=0.2, on_event=events.append)
+    worker = Worker(client, {"t": handler}, drain_timeout=0.2, on_event=job_events(events))
     async with worker:
         await asyncio.wait_for(started.wait(), 5)
         began = time.monotonic()

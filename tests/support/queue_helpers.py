@@ -164,3 +164,14 @@ def head_revision() -> str:
     head = ScriptDirectory.from_config(config).get_current_head()
     assert head is not None
     return head
+
+
+def job_events(events: list[Any]) -> Any:
+    """An ``on_event`` that appends the worker's events about jobs to ``events``, leaving
+    out ``loop_blocked``: a loaded machine's report, not something a job did."""
+
+    def record(event: Any) -> None:
+        if event.kind != "loop_blocked":
+            events.append(event)
+
+    return record

@@ -8,6 +8,7 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -190,6 +191,44 @@ async def test_read_only_hides_and_refuses_every_action(queue: tuple) -> None:
         response = await h.post(f"/chains/{chain.id}/cancel", data={"csrf": "x"})
     assert response.status_code == 403
     assert (await client.get_chain(chain.id)).status == "pending"
+
+
+async def test_pause_and_resume_a_type_from_the_overview_and_see_its_limits(
+    queue: tuple,
+) -> None:
+    state, client = queue
+    await client.start_chain("email", {})
+    await client.set_limits("email", concurrency=2, rate=50, per=timedelta(seconds=1))
+    async with http(create_app(state, client.notify)) as h:
+        page = (await h.get("/")).text
+        assert 'data-action="pause" data-type="email"' in page
+        assert re.search(r'id="limits".*<td>email</td>\s*<td class="num">2</td>', page, re.S)
+        token = csrf_of(page)
+        forged = await h.post("/types/email/pause", data={"csrf": "0" * 64})
+        assert forged.status_code == 403 and await client.paused_types() == set()
+
+        done = await h.post("/types/email/pause", data={"csrf": token})
+        assert done.status_code == 303 and "done=pause" in done.headers["location"]
+        assert await client.paused_types() == {"email"}
+        page = (await h.get(done.headers["location"])).text
+        assert "Type email paused." in page
+        assert 'data-action="resume" data-type="email"' in page
+
+        await h.post("/types/email/resume", data={"csrf": token})
+        assert await client.paused_types() == set()
+        unknown = await h.post("/types/email/delete", data={"csrf": token})
+        assert unknown.status_code == 404
+
+
+async def test_read_only_hides_and_refuses_pausing_a_type(queue: tuple) -> None:
+    state, client = queue
+    await client.start_chain("email", {})
+    async with http(create_app(state, client.notify, read_only=True)) as h:
+        page = (await h.get("/")).text
+        assert "data-action" not in page and 'method="post"' not in page
+        response = await h.post("/types/email/pause", data={"csrf": "x"})
+    assert response.status_code == 403
+    assert await client.paused_types() == set()
 
 
 async def test_with_a_token_every_request_must_carry_it(queue: tuple) -> None:

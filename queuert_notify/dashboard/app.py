@@ -11,12 +11,12 @@ now) are POSTs checked by :class:`~queuert_notify.dashboard.security.Csrf` and g
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 _HERE = Path(str(files("queuert_notify.dashboard")))
 ACTIONS = {"cancel": "cancelled", "retry": "retried", "trigger": "made due now"}
 """Chain actions by URL name, and what the notice after each says was done."""
+TYPE_ACTIONS = {"pause": "paused", "resume": "resumed"}
+"""Job-type actions by URL name, and what the notice after each says was done."""
 
 SECURITY_HEADERS = {
     # The page's own script and stylesheet only: even a value that escaped escaping
@@ -106,6 +108,9 @@ class Dashboard:
             Route("/chains", self.chains, name="chains"),
             Route("/chains/{chain_id}", self.chain, name="chain"),
             Route("/chains/{chain_id}/{action}", self.act, methods=["POST"], name="act"),
+            Route(
+                "/types/{type_name}/{action}", self.act_on_type, methods=["POST"], name="type_act"
+            ),
             Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
         ]
 
@@ -132,7 +137,7 @@ class Dashboard:
             "csrf": self.csrf.token(nonce),
             "live_mode": "notify" if self.notify is not None else "refresh",
             "url": lambda name, **params: _url(request, name, **params),
-            "notice": ACTIONS.get(request.query_params.get("done", "")),
+            "notice": _notice(request.query_params),
         }
         if request.query_params.get("live") == "1":
 
@@ -171,15 +176,9 @@ class Dashboard:
         """Cancel, retry or trigger a chain, then back to its page with a notice."""
         chain_id = request.path_params["chain_id"]
         action = request.path_params["action"]
-        if self.read_only:
-            return self._refuse(request, 403, "this dashboard is read-only")
-        if action not in ACTIONS:
-            return self._refuse(request, 404, f"no action {action!r}")
-        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
-        if not self.csrf.check(request, form):
-            return self._refuse(
-                request, 403, "the form's CSRF token is missing or stale: reload the page"
-            )
+        refused = await self._refused(request, action, ACTIONS)
+        if refused is not None:
+            return refused
         try:
             if action == "cancel":
                 await self.client.cancel(chain_id)
@@ -195,6 +194,40 @@ class Dashboard:
         target = _url(request, "chain", chain_id=chain_id) + f"?done={action}"
         return RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
 
+    async def act_on_type(self, request: Request) -> Response:
+        """Pause or resume a job type, then back to the overview with a notice."""
+        type_name = request.path_params["type_name"]
+        action = request.path_params["action"]
+        refused = await self._refused(request, action, TYPE_ACTIONS)
+        if refused is not None:
+            return refused
+        try:
+            if action == "pause":
+                await self.client.pause_type(type_name)
+            else:
+                await self.client.resume_type(type_name)
+        except InvalidInputError as exc:
+            return self._refuse(request, 400, str(exc))
+        logger.info("dashboard action", extra={"type_name": type_name, "action": action})
+        target = _url(request, "overview") + f"?done={action}&type={quote(type_name)}"
+        return RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
+
+    async def _refused(
+        self, request: Request, action: str, actions: Mapping[str, str]
+    ) -> Response | None:
+        """Why an action may not run (read-only, unknown, a missing or stale CSRF
+        token), as the page that says so; ``None`` when it may."""
+        if self.read_only:
+            return self._refuse(request, 403, "this dashboard is read-only")
+        if action not in actions:
+            return self._refuse(request, 404, f"no action {action!r}")
+        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
+        if not self.csrf.check(request, form):
+            return self._refuse(
+                request, 403, "the form's CSRF token is missing or stale: reload the page"
+            )
+        return None
+
     def _refuse(self, request: Request, status: int, message: str) -> Response:
         html = self.templates.get_template("error.html").render(
             request=request,
@@ -203,6 +236,16 @@ class Dashboard:
             read_only=self.read_only,
         )
         return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+
+def _notice(params: Mapping[str, str]) -> str | None:
+    """What the notice after an action says was done (``?done=``)."""
+    done = params.get("done", "")
+    if done in ACTIONS:
+        return f"Chain {ACTIONS[done]}."
+    if done in TYPE_ACTIONS:
+        return f"Type {params.get('type', '')} {TYPE_ACTIONS[done]}."
+    return None
 
 
 def _url(request: Request, name: str, **params: Any) -> str:

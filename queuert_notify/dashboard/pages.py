@@ -66,6 +66,8 @@ class Pages:
         overview = await self.state.queue_overview(
             since=now - WINDOW, finished_limit=FINISHED_LIMIT
         )
+        controls = await self.state.type_controls()
+        paused = sorted(c.type_name for c in controls if c.paused)
         rows = [
             {
                 "type_name": type_name,
@@ -97,11 +99,8 @@ class Pages:
             "finished_limit": FINISHED_LIMIT,
             "chart": activity_chart(overview, now),
             "per_minute": round(totals["completed"] / counted_minutes, 1),
-            # Pausing types and per-type limits come with the operating API (DESIGN.md,
-            # "Operating the queue"): when StateAdapter declares them, read them here and
-            # the overview shows them. Until then the section is left out.
-            "paused_types": None,
-            "limits": None,
+            "paused_types": paused,
+            "limits": [c for c in controls if c.limited],
         }
         return View("overview.html", context, Watch(type_names=frozenset(overview.type_names)))
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,29 +21,14 @@ from tests.support.worker_processes import WorkerProcesses
 
 pytestmark = pytest.mark.slow
 
-pytest_plugins = ["tests.support.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
 
 APP = "tests.support.limits_app:build_worker"
 
 
 @pytest.fixture
-def workers(
-    database_url: str,
-    table_prefix: str,
-    notify_kind: str,
-    prefix: str,
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-) -> Iterator[WorkerProcesses]:
-    env = {"QT_DATABASE_URL": database_url, "QT_TABLE_PREFIX": table_prefix}
-    if notify_kind == "redis":
-        env["QT_REDIS_URL"] = str(request.getfixturevalue("redis_url"))
-        env["QT_REDIS_PREFIX"] = prefix
-    procs = WorkerProcesses(env, tmp_path, app=APP)
-    try:
-        yield procs
-    finally:
-        procs.kill_all()
+def worker_app() -> str:
+    return APP
 
 
 @pytest.fixture

@@ -11,11 +11,18 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.support.e2e_app import effects_table
-from tests.support.worker_processes import WorkerProcesses
+from tests.support.worker_processes import DEFAULT_APP, WorkerProcesses
+
+
+@pytest.fixture
+def worker_app() -> str:
+    """The ``module:attr`` worker processes run; a test module overrides it for its own app."""
+    return DEFAULT_APP
 
 
 @pytest.fixture
 def workers(
+    worker_app: str,
     database_url: str,
     table_prefix: str,
     notify_kind: str,
@@ -23,12 +30,13 @@ def workers(
     request: pytest.FixtureRequest,
     tmp_path: Path,
 ) -> Iterator[WorkerProcesses]:
-    """Starts workers of ``tests.support.e2e_app`` on this test's database and notify kind."""
+    """Starts workers of ``worker_app`` (``tests.support.e2e_app`` unless the test module
+    says otherwise) on this test's database and notify kind."""
     env = {"QT_DATABASE_URL": database_url, "QT_TABLE_PREFIX": table_prefix}
     if notify_kind == "redis":
         env["QT_REDIS_URL"] = str(request.getfixturevalue("redis_url"))
         env["QT_REDIS_PREFIX"] = prefix
-    procs = WorkerProcesses(env, tmp_path)
+    procs = WorkerProcesses(env, tmp_path, app=worker_app)
     try:
         yield procs
     finally:

@@ -12,6 +12,7 @@ import nats
 import nats.js.errors
 import pytest
 from sqlalchemy import MetaData
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from queuert_notify import (
@@ -82,15 +83,22 @@ async def delete_nats_bucket(url: str, bucket: str) -> None:
 
 
 async def drop_tables(engine: AsyncEngine, table_prefix: str) -> None:
-    """Drop only the tables that carry this test's prefix."""
+    """Drop only the tables that carry this test's prefix; again if the DROP lost a
+    deadlock to a worker still claiming from them (Postgres picks one side)."""
 
     def drop(sync_conn: Any) -> None:
         metadata = MetaData()
         metadata.reflect(sync_conn, only=lambda name, _: name.startswith(table_prefix))
         metadata.drop_all(sync_conn)
 
-    async with engine.begin() as conn:
-        await conn.run_sync(drop)
+    for attempt in range(5):
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(drop)
+            return
+        except DBAPIError as exc:
+            if "deadlock" not in str(exc.orig) or attempt == 4:
+                raise
 
 
 def other_tasks() -> set[asyncio.Task[Any]]:

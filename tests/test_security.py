@@ -499,7 +499,9 @@ async def _redis_outage(secret: str, tmp_path: Path) -> BaseException | None:
             await reconnects.wait_for(1, within=10.0)
             await client.start_chain("t")  # publishing fails and is logged
             await asyncio.to_thread(server.start)
-            await reconnects.wait_for(2, within=20.0)
+            # Restored: usually within 2 s; once, in a loaded full run, not within 20 s
+            # (not reproduced alone in 40 tries) — the bound is for collecting the logs.
+            await reconnects.wait_for(2, within=60.0)
     return None
 
 

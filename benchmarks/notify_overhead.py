@@ -35,14 +35,12 @@ import gc
 import re
 import statistics
 import subprocess
-import tempfile
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 
 from redis.asyncio import Redis
 
@@ -138,24 +136,10 @@ async def _transport(
     if kind == "redis":
         exits.push_async_callback(services.delete_redis_prefix, args.redis_url, prefix)
         return _Transport(_SINGLE, lambda: RedisNotifyAdapter(url=args.redis_url, prefix=prefix))
-    cluster_url = await exits.enter_async_context(_local_cluster())
+    cluster_url = (await exits.enter_async_context(services.local_redis_cluster())).url
     return _Transport(
         _CLUSTER, lambda: RedisNotifyAdapter(cluster_url, prefix=prefix, cluster=True)
     )
-
-
-@asynccontextmanager
-async def _local_cluster() -> AsyncIterator[str]:
-    """The URL of a fresh local Redis Cluster (3 masters + 3 replicas), killed on exit."""
-    from tests.support.redis_cluster import LocalRedisCluster
-
-    with tempfile.TemporaryDirectory(prefix="queuert-bench-cluster-") as workdir:
-        cluster = LocalRedisCluster(Path(workdir))
-        try:
-            await asyncio.to_thread(cluster.start)
-            yield cluster.url
-        finally:
-            await asyncio.to_thread(cluster.stop)
 
 
 # -- publish → listener --------------------------------------------------------------

@@ -57,14 +57,19 @@ class Results:
 
 async def alternate(variants: Sequence[Variant], rounds: int, *, warmup: int = 1) -> Results:
     """Run ``warmup`` unrecorded rounds, then ``rounds`` recorded ones; in round i the
-    variants start at offset i, so no variant always runs first."""
+    variants start at offset i, and every other round runs them in reverse, so no
+    variant always runs first or always right after the same other variant (whatever
+    one leaves behind -- WAL to checkpoint, tables to drop -- lands on different ones)."""
     for _ in range(warmup):
         for variant in variants:
             await variant.run()
     results = Results({variant.name: [] for variant in variants})
     for index in range(rounds):
         offset = index % len(variants)
-        for variant in [*variants[offset:], *variants[:offset]]:
+        order = [*variants[offset:], *variants[:offset]]
+        if index % 2:
+            order.reverse()
+        for variant in order:
             results.rounds[variant.name].append(await variant.run())
     return results
 

@@ -6,11 +6,19 @@ works under a prefix of its own and deletes only the keys under it.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import tempfile
 import uuid
-from contextlib import suppress
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
+
+if TYPE_CHECKING:
+    from tests.support.redis_cluster import LocalRedisCluster
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -94,3 +102,18 @@ async def postgres_server_version(url: str) -> str:
             return str(await conn.scalar(text("SHOW server_version")))
     finally:
         await engine.dispose()
+
+
+@asynccontextmanager
+async def local_redis_cluster() -> AsyncIterator[LocalRedisCluster]:
+    """A fresh local Redis Cluster (3 masters + 3 replicas) of the run's own, killed on
+    exit (``tests/support/redis_cluster.py``)."""
+    from tests.support.redis_cluster import LocalRedisCluster
+
+    with tempfile.TemporaryDirectory(prefix="queuert-bench-cluster-") as workdir:
+        cluster = LocalRedisCluster(Path(workdir))
+        try:
+            await asyncio.to_thread(cluster.start)
+            yield cluster
+        finally:
+            await asyncio.to_thread(cluster.stop)

@@ -7,6 +7,7 @@ and is dropped afterwards (only its own tables / keys / SQLite file).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
 import sqlite3
 import tempfile
@@ -159,9 +160,10 @@ class Stack:
 
     def count_statements(self, matches: StatementPredicate) -> StatementCounter:
         """Count statements on this stack's engine (and its execution-option views)
-        for which ``matches(sql, parameters)`` is true. On SQLite a worker's claims
-        and completions go to the aiosqlite connection itself, past the engine's
-        events (``state_adapters/sqlite_driver.py``): those are counted there."""
+        for which ``matches(sql, parameters)`` is true. On SQLite the adapter's own
+        transactions run on the sqlite3 connection itself, in the aiosqlite thread,
+        past the engine's events (``state_adapters/sqlite_driver.py``): those are
+        counted there, and handed to the counter on the event loop."""
         counter = StatementCounter(matches)
         sync_engine = self.engine.sync_engine
         event.listen(sync_engine, "before_cursor_execute", counter)
@@ -169,20 +171,35 @@ class Stack:
 
             def checkout(dbapi_connection: Any, *args: Any) -> None:
                 driver = dbapi_connection.driver_connection
-                if not getattr(driver, "_statements_counted", False):
-                    driver._statements_counted = True
-                    driver.execute_fetchall = _counting(counter, driver.execute_fetchall)
+                if not isinstance(driver._connection, _CountedSqlite):
+                    loop = asyncio.get_running_loop()
+                    driver._connection = _CountedSqlite(driver._connection, counter, loop)
 
             event.listen(sync_engine, "checkout", checkout)
         return counter
 
 
-def _counting(counter: StatementCounter, execute: Callable[..., Any]) -> Callable[..., Any]:
-    async def counted(sql: str, parameters: Any = None) -> Any:
-        counter(None, None, sql, parameters, None, False)
-        return await execute(sql, parameters)
+class _CountedSqlite:
+    """A sqlite3 connection whose ``execute`` calls are counted (on the event loop,
+    before the aiosqlite call that made them returns); everything else is the
+    connection's own."""
 
-    return counted
+    def __init__(
+        self, connection: Any, counter: StatementCounter, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        object.__setattr__(self, "_real", connection)
+        object.__setattr__(self, "_counted", (counter, loop))
+
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        counter, loop = self._counted
+        loop.call_soon_threadsafe(counter, None, None, sql, parameters, None, False)
+        return self._real.execute(sql, parameters)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._real, name, value)
 
 
 @asynccontextmanager
@@ -253,6 +270,8 @@ async def _drop_tables(engine: AsyncEngine, table_prefix: str) -> None:
         metadata = MetaData()
         metadata.reflect(sync_conn, only=lambda name, _: name.startswith(table_prefix))
         metadata.drop_all(sync_conn)
+        if sync_conn.dialect.name == "postgresql":  # migration 0006's function
+            sync_conn.exec_driver_sql(f'DROP FUNCTION IF EXISTS "{table_prefix}claim_limited"')
 
     async with engine.begin() as conn:
         await conn.run_sync(drop)

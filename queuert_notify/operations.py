@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from queuert_notify.errors import InvalidInputError
+from queuert_notify.prune_pacing import PrunePacing
 from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, TypeLimits
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.validation import check_positive_int
@@ -52,10 +54,11 @@ class QueueOperations:
         """Delete the chains that finished (completed, failed or cancelled) more than
         ``older_than`` ago, with their jobs; returns how many chains were deleted.
 
-        In transactions of ``batch_size`` chains each, oldest first, paced: after each
-        batch it waits as long as the batch took, so it holds write locks (on SQLite,
-        the database) at most half the time and claims keep flowing. A chain that a job
-        of an unfinished chain waits on is kept until that chain is final. Any number of
+        In transactions of at most ``batch_size`` chains, oldest first, paced
+        (:mod:`queuert_notify.prune_pacing`): each batch is sized to hold its locks (on
+        SQLite, the database) for about 5 ms, and after each one it waits twice as long
+        as the batch took, so claims keep flowing. A chain that a job of an unfinished
+        chain waits on is kept until that chain is final. Any number of
         callers (and workers with ``retention``) may prune at once: they never delete
         the same chains nor wait on each other's. Safe to repeat."""
         if not isinstance(older_than, timedelta) or older_than < timedelta(0):
@@ -65,16 +68,17 @@ class QueueOperations:
         check_positive_int(batch_size, "batch_size")
         finished_before = datetime.now(UTC) - older_than
         loop = asyncio.get_running_loop()
+        pacing = PrunePacing(batch_size)
         total = 0
         while True:
             started = loop.time()
-            deleted = await self._retried(
-                None, lambda: self.state.prune_chains(finished_before, batch_size=batch_size)
-            )
+            size = pacing.size
+            prune_batch = partial(self.state.prune_chains, finished_before, batch_size=size)
+            deleted = await self._retried(None, prune_batch)
             total += deleted
-            if deleted < batch_size:
+            if deleted < size:
                 return total
-            await asyncio.sleep(loop.time() - started)
+            await asyncio.sleep(pacing.batch_took(loop.time() - started))
 
     async def pause_type(self: _ClientCalls, type_name: str) -> None:
         """Stop every worker from claiming jobs of ``type_name``, including workers

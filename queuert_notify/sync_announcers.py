@@ -6,10 +6,11 @@ notify adapter         what a synchronous write does
 =====================  ==================================================================
 ``None``, Noop         nothing: workers find the jobs on their next poll
 Postgres               NOTIFY inside the caller's transaction (delivered by its COMMIT)
-Redis (one server)     after COMMIT, the adapter's script and PUBLISHes, one round trip,
+Redis (one server     after COMMIT, the adapter's script and (S)PUBLISHes, one round
+or a cluster)          trip (on a cluster: one script per hash slot, all sent at once),
                        from a sender thread (a slow Redis never holds up the caller)
-NATS, in-process,      refused with ``ConfigurationError``: their clients live on an
-Redis Cluster          event loop (use Redis or Postgres, or ``notify=None``)
+NATS, in-process       refused with ``ConfigurationError``: their clients live on an
+                       event loop (use Redis or Postgres, or ``notify=None``)
 =====================  ==================================================================
 """
 
@@ -20,7 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Connection
 
@@ -33,12 +34,20 @@ from state_adapters.sync_state import Announcer
 
 if TYPE_CHECKING:
     from queuert_notify.notify.postgres import PostgresNotifyAdapter
-    from queuert_notify.notify.redis_blocking import RedisBlockingPublisher
 
 logger = logging.getLogger(__name__)
 
 _COMMIT_WAIT_LIMIT = 60.0
 """Seconds the sender waits for a Core connection's COMMIT in flight to finish."""
+
+
+class BlockingPublisher(Protocol):
+    """Sends a committed write's notifications through a notify adapter's wire layout
+    with a blocking client (``RedisNotifyAdapter.blocking_publisher()``)."""
+
+    def publish(self, notes: NotificationBuffer) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def announcer_for(notify: NotifyAdapter | None) -> Announcer:
@@ -71,11 +80,12 @@ class NotifyInTransaction(Announcer):
 
 
 class PublishAfterCommit(Announcer):
-    """Redis: committed notifications are published by one sender thread, in commit
-    order; what commits while a publish is in flight goes out merged in the next round
-    trip. ``close()`` sends what is left, waiting at most ``limit`` seconds."""
+    """Redis (one server or a cluster): committed notifications are published by one
+    sender thread, in commit order; what commits while a publish is in flight goes out
+    merged in the next round trip. ``close()`` sends what is left, waiting at most
+    ``limit`` seconds."""
 
-    def __init__(self, publisher: RedisBlockingPublisher) -> None:
+    def __init__(self, publisher: BlockingPublisher) -> None:
         self._publisher = publisher
         self._queue: queue.SimpleQueue[tuple[NotificationBuffer, Callable[[], bool | None]] | None]
         self._queue = queue.SimpleQueue()

@@ -36,9 +36,10 @@ class SyncClient:
     (``postgresql+psycopg://`` or ``sqlite://``) and any shipped notify adapter,
     constructed as usual: Postgres wakeups are NOTIFYs inside the write's transaction;
     Redis wakeups use that adapter's wire layout and script from a sender thread after
-    COMMIT, one round trip per committed transaction; ``None`` leaves the jobs to the
-    workers' poll. NATS and in-process adapters (and Redis Cluster) are refused with
-    ``ConfigurationError``: their clients live on an event loop.
+    COMMIT, one round trip per committed transaction (on a Redis Cluster one script per
+    hash slot, all sent at once); ``None`` leaves the jobs to the workers' poll. NATS and
+    in-process adapters are refused with ``ConfigurationError``: their clients live on an
+    event loop.
 
     With ``session=`` (a ``Session`` or ``Connection``) a call joins the caller's
     transaction and never commits it: a rollback drops the chain and its wakeup, and

@@ -2,18 +2,17 @@
 adapter (:func:`database_for`): how statements are shaped (``sql`` and ``chains``,
 built on a :class:`~state_adapters.sql_dialect.SqlDialect`), which engine views read
 and write, how the adapter's own transactions run, which errors are worth a retry,
-and the two steps that take a different algorithm on each (inserting new chains,
-completing jobs). The adapter asks it and never tests a dialect itself.
-Implementations: :class:`state_adapters.postgres.Postgres`,
+and the steps that take a different algorithm on each (inserting new chains,
+completing jobs, claiming jobs of a limited type). The adapter asks it and never
+tests a dialect itself. Implementations: :class:`state_adapters.postgres.Postgres`,
 :class:`state_adapters.sqlite.Sqlite`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -23,6 +22,7 @@ from state_adapters.chain_statements import ChainStatements
 from state_adapters.compiled import CompiledStatement
 from state_adapters.completion import Completed, FinishedJob
 from state_adapters.errors import ConfigurationError, mask_url
+from state_adapters.limited_claims import LimitedClaim
 from state_adapters.schema import Tables
 from state_adapters.sqlite_connections import SqliteSynchronous, check_synchronous
 from state_adapters.sqlite_driver import DriverTransaction
@@ -31,6 +31,10 @@ from state_adapters.statements import Statements
 Conn = AsyncConnection | DriverTransaction
 """Where the adapter's repeated statements run: a SQLAlchemy connection, or on
 SQLite the driver itself."""
+
+T = TypeVar("T")
+Step = Callable[[Conn], Awaitable[T]]
+"""Statements run in one transaction of the adapter's own."""
 
 _SUPPORTED = {("postgresql", "psycopg"), ("sqlite", "aiosqlite")}
 
@@ -49,20 +53,37 @@ class Database(Protocol):
     completes_with_claims: bool
     """Whether a worker should hand waiting completions to its next claim (one
     transaction) rather than write them alongside it."""
+    starts_in_own_transaction: bool
+    """Whether every start without a caller's session (dedup keys and blockers
+    included) runs through :meth:`in_transaction`, whose steps are then one
+    transaction whatever they do (SQLite); otherwise only plain starts do, and the
+    others take :class:`~state_adapters.transactions.Transactions`' retried ones."""
 
     def compiled(self, statement: Executable) -> CompiledStatement:
         """``statement`` compiled once for this engine (statements of fixed shape only)."""
         ...
 
-    def transaction(self, conn: AsyncConnection) -> AbstractAsyncContextManager[Conn]:
-        """A transaction of the adapter's own on ``conn`` for the statements it repeats
-        (claims, completions, plain starts), committed when the block ends."""
+    async def in_transaction(self, conn: AsyncConnection, step: Step[T]) -> T:
+        """``step`` in a transaction of the adapter's own on ``conn``, for the statements
+        it repeats (claims, completions, plain starts, lease renewals): committed when
+        the step returns, rolled back if it raises. A step awaits only its connection's
+        statements (on SQLite it runs in the driver's thread:
+        :mod:`state_adapters.sqlite_driver`)."""
         ...
 
-    def locking_transaction(self, conn: AsyncConnection) -> AbstractAsyncContextManager[Conn]:
-        """A transaction on ``conn`` (a held connection) that keeps the locks its
-        statements take until it ends, committed when the block ends and rolled back
-        if it raises (a claim of a limited type: :mod:`state_adapters.limited_claims`)."""
+    async def claim_limited(
+        self,
+        conn: Conn,
+        type_name: str,
+        *,
+        worker_id: str,
+        leased_until: datetime,
+        limit: int,
+        now: datetime,
+    ) -> LimitedClaim:
+        """Claim up to ``limit`` due jobs of ``type_name`` within its limits
+        (:mod:`state_adapters.limited_claims`), in ``conn``'s transaction (Postgres:
+        autocommit, one statement; SQLite: a write transaction)."""
         ...
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
@@ -85,6 +106,13 @@ class Database(Protocol):
 
     async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new chains and their first jobs, given the first jobs' rows."""
+        ...
+
+    async def prune_batch(
+        self, conn: AsyncConnection, finished_before: datetime, batch_size: int
+    ) -> int:
+        """Delete one batch of retention in ``conn``'s transaction
+        (:mod:`state_adapters.pruning`); the chains deleted."""
         ...
 
     async def complete(

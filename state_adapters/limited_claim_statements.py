@@ -1,8 +1,9 @@
-"""The SQL of claims of a limited type (:mod:`state_adapters.limited_claims`): lock
-the type's control row, count its running jobs, find candidates fairly across
-concurrency keys, claim them, and record the starts. Same calling convention as
-:mod:`state_adapters.statements`; each statement has one shape (so SQLite compiles
-it once), with the type and the counts bound.
+"""The SQL of claims of a limited type on SQLite (:mod:`state_adapters.limited_claims`;
+Postgres runs them as one function, migration 0006): read the type's control row and
+its running jobs, find candidates fairly across concurrency keys, claim them, and
+record the starts. Same calling convention as :mod:`state_adapters.statements`; each
+statement has one shape (so SQLite compiles it once), with the type and the counts
+bound.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     Integer,
     Select,
     String,
@@ -22,6 +24,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     select,
+    type_coerce,
     update,
 )
 from sqlalchemy.sql.elements import ColumnElement
@@ -49,41 +52,44 @@ class LimitedClaimStatements:
         # Written into the SQL, so the partial indexes of pending jobs serve it.
         return literal_column("'pending'")
 
-    def lock_control(self, type_name: str) -> Query:
-        """The type's control row, locked until the transaction ends (Postgres; on
-        SQLite the write transaction holds the database): the claims of one limited
-        type run one after the other, and each one's next statement sees every claim
-        committed before it."""
-        return Query(self._lock_control, {"t": type_name})
+    def read_control(self, type_name: str) -> Query:
+        """The type's control row with its running jobs per concurrency key, as
+        ``running``: ``[key, count]`` pairs (key ``None``: jobs without one), read off
+        the status index. One statement: the write transaction already holds the
+        database, so nothing can change between the two reads."""
+        return Query(self._read_control, {"t": type_name})
 
     @cached_property
-    def _lock_control(self) -> Select[Any]:
+    def _read_control(self) -> Select[Any]:
         c = self.tables.type_controls.c
-        return self.dialect.update_lock(
-            select(
-                c.paused,
-                c.concurrency,
-                c.key_concurrency,
-                c.rate,
-                c.per_seconds,
-                c.recent_starts,
-                c.next_key_after,
-            ).where(c.type_name == bindparam("t"))
-        )
-
-    def running(self, type_name: str) -> Query:
-        """The type's running jobs per concurrency key (``None``: jobs without one),
-        read off the status index; as many rows as keys with running jobs."""
-        return Query(self._running, {"t": type_name})
-
-    @cached_property
-    def _running(self) -> Select[Any]:
         jobs = self.tables.jobs
-        return (
-            select(jobs.c.concurrency_key, func.count().label("n"))
-            .where(jobs.c.status == literal_column("'running'"), jobs.c.type_name == bindparam("t"))
-            .group_by(jobs.c.concurrency_key)
+        # ``likelihood``: statistics taken while no job ran (an ANALYZE after a fill)
+        # make SQLite scan every job rather than read the running ones off the status
+        # index; running jobs are a few among many.
+        running_now = func.likelihood(
+            jobs.c.status == literal_column("'running'"), literal_column("0.001")
         )
+        per_key = (
+            select(jobs.c.concurrency_key.label("key"), func.count().label("n"))
+            .where(running_now, jobs.c.type_name == bindparam("t"))
+            .group_by(jobs.c.concurrency_key)
+            .subquery()
+        )
+        running = (
+            select(func.json_group_array(func.json_array(per_key.c.key, per_key.c.n)))
+            .scalar_subquery()
+            .label("running")
+        )
+        return select(
+            c.paused,
+            c.concurrency,
+            c.key_concurrency,
+            c.rate,
+            c.per_seconds,
+            c.recent_starts,
+            c.next_key_after,
+            type_coerce(running, JSON()).label("running"),
+        ).where(c.type_name == bindparam("t"))
 
     def claim_best(
         self, type_name: str, limit: int, *, worker_id: str, leased_until: datetime, now: datetime
@@ -113,8 +119,6 @@ class LimitedClaimStatements:
             .order_by(jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
             .limit(bindparam("n", type_=Integer()))
         )
-        # A plain claim that read the type before it was limited may hold a row.
-        best = self.dialect.claim_lock(best)
         return self._claiming(self.dialect.id_in_selected(jobs.c.id, best))
 
     def unkeyed_due(self, type_name: str, limit: int, now: datetime) -> Query:
@@ -220,12 +224,8 @@ class LimitedClaimStatements:
             update(jobs)
             .where(
                 chosen,
-                # ``status || ''``: the rows come by primary key; no planner may pick
-                # the status index on stale statistics and read every pending job.
-                jobs.c.status.op("||", return_type=jobs.c.status.type)(literal_column("''"))
-                == self._pending,
-                # As a plain claim: one lost with the server is redone.
-                self.dialect.commit_without_flush(),
+                # The rows come by primary key, never through the status index.
+                self.dialect.without_index(jobs.c.status) == self._pending,
             )
             .values(
                 status="running",

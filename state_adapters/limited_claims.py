@@ -4,20 +4,22 @@
 
 Invariants:
 
-- **Never exceeded.** A claim of a limited type runs in a transaction of its own
-  that first locks the type's control row (Postgres ``FOR UPDATE``; SQLite's one
-  writer holds the database). Postgres runs each later statement of the transaction
-  on a new snapshot (READ COMMITTED), so it counts every running job that a claim
-  committed before the lock was granted; a completion only lowers the count. The
-  running jobs are counted from the jobs themselves (no counter to drift), and a
-  job whose lease expired counts until it is reaped.
+- **Never exceeded.** The claims of one limited type run one after the other: each
+  holds the type's control row (Postgres ``FOR UPDATE``; SQLite's one writer holds
+  the database) from before it counts the running jobs until it commits, and it
+  counts them on a snapshot taken after the lock was granted, so every claim
+  committed before is counted; a completion only lowers the count. The running jobs
+  are counted from the jobs themselves (no counter to drift), and a job whose lease
+  expired counts until it is reaped.
 - **The rate holds in every window.** The control row keeps the starts of the last
   ``per_seconds`` as ``[instant, starts]`` pairs; a claim starts at most ``rate``
   minus the starts after ``now - per``. Each claim so bounds the window ending at
   its own instant, and every window of length ``per`` lies within such a window
-  ending at the last claim inside it. Instants never go back (a claimer whose clock
-  is behind records the newest instant instead). A token bucket would allow twice
-  the rate across a window boundary.
+  ending at the last claim inside it. Instants are taken once the lock is held and
+  never go back (a claimer whose clock is behind records the newest instant
+  instead); starts are recorded at the end of their step of ``per / RATE_STEPS``,
+  never before they happened, so the window stays small (:data:`RATE_STEPS`). A
+  token bucket would allow twice the rate across a window boundary.
 - **No head-of-line blocking, keys served round robin.** With ``key_concurrency``
   the claim walks the type's keys that have pending jobs, one index probe per key,
   starting after the key it served last (stored in the row), and takes each key's
@@ -27,10 +29,22 @@ Invariants:
   key of their own, served where the walk wraps around.
 - **Bounded.** A claim visits at most :data:`MAX_KEYS_VISITED` keys; the ones it did
   not reach are first in line for the next claim.
+
+Where it runs differs, for the round trips: on Postgres the claim is one call of
+the PL/pgSQL function ``{prefix}claim_limited`` (migration 0006), in autocommit: each
+statement of a VOLATILE function takes a new snapshot, so the count after the lock
+sees the claims committed while it waited, and the lock, the count, the key walk,
+the claim and the saved window cost one round trip instead of six or more. On
+SQLite, :func:`claim_type` here runs the same steps as statements of the write
+transaction it is given (the claim joins the completions' transaction), reading the
+control row and the running jobs in one statement and writing the row back only when
+it changed. Both read their outcome with :func:`settled`; the conformance cases in
+``queuert_notify.testing.state_cases.controls`` hold both to the same behaviour.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -42,6 +56,13 @@ from state_adapters.model import JobRecord
 if TYPE_CHECKING:
     from state_adapters.database import Conn
 
+RATE_STEPS = 64
+"""A claim's starts are recorded at the end of the ``1/RATE_STEPS`` of ``per`` they
+fall in (seconds since the epoch, on that grid), together with the other starts of
+that step: the window keeps at most ``RATE_STEPS + 1`` entries however many claims it
+saw (one entry per claim made every claim read and write thousands), and a start is
+never recorded before it happened, so the rate still holds; it only leaves the
+window up to ``per / RATE_STEPS`` late."""
 MAX_KEYS_VISITED = 2_000
 """Most concurrency keys one claim looks at."""
 RECHECK = timedelta(seconds=2)
@@ -70,6 +91,34 @@ class LimitedClaim:
     slots are worth a wake-up."""
 
 
+def settled(
+    jobs: list[JobRecord],
+    *,
+    limit: int,
+    budget: int,
+    rate_bound: bool,
+    frees_at: datetime | None,
+    keyed: bool,
+    picked: int,
+    now: datetime,
+) -> LimitedClaim:
+    """What a claim asked for ``limit`` jobs did, given the ``budget`` its limits
+    left it (``rate_bound``: the rate cut it, and ``frees_at`` is when the window's
+    oldest start leaves it), the jobs it claimed and, with ``key_concurrency``
+    (``keyed``), how many the key walk ``picked``; ``now`` is the claim's instant."""
+    if budget <= 0:
+        if rate_bound:
+            return LimitedClaim(retry_at=frees_at)
+        return LimitedClaim(retry_at=now + RECHECK, held=True)
+    retry_at = None
+    held = budget < limit and not rate_bound  # cut by concurrency
+    if rate_bound and len(jobs) == budget:
+        retry_at = frees_at
+    elif keyed and picked < budget:
+        retry_at, held = now + RECHECK, True  # keys at their cap may hold jobs back
+    return LimitedClaim(jobs, retry_at, held=held)
+
+
 async def claim_type(
     sql: LimitedClaimStatements,
     conn: Conn,
@@ -81,22 +130,19 @@ async def claim_type(
     now: datetime,
 ) -> LimitedClaim:
     """Claim up to ``limit`` due jobs of ``type_name`` within its limits, in the
-    transaction ``conn`` (of its own; see the module docstring)."""
-    control = (await conn.execute(*sql.lock_control(type_name))).first()
+    SQLite write transaction ``conn`` (see the module docstring)."""
+    control = (await conn.execute(*sql.read_control(type_name))).first()
     if control is None or not _limited(control):
         return LimitedClaim(uncontrolled=control is None or not control.paused)
     if control.paused:
         return LimitedClaim()
-    # The claim's instant is taken once the lock is held, so that the claims of one
-    # type are in the order of their instants (the rate's window needs that).
+    # The claim's instant is taken once the database is held, so that the claims of
+    # one type are in the order of their instants (the rate's window needs that).
     locked_at = datetime.now(UTC)
     if locked_at > now:
         leased_until += locked_at - now
         now = locked_at
-    running: dict[str | None, int] = {}
-    if control.concurrency is not None or control.key_concurrency is not None:
-        rows = (await conn.execute(*sql.running(type_name))).all()
-        running = {row.concurrency_key: row.n for row in rows}
+    running: dict[str | None, int] = {key or None: n for key, n in control.running}
     budget = limit
     if control.concurrency is not None:
         budget = min(budget, control.concurrency - sum(running.values()))
@@ -104,23 +150,19 @@ async def claim_type(
     rate_bound = window is not None and window.allowance < budget
     if window is not None:
         budget = min(budget, window.allowance)
-    if budget <= 0:
-        if rate_bound and window is not None:
-            return LimitedClaim(retry_at=window.frees_at())
-        return LimitedClaim(retry_at=now + RECHECK, held=True)
+    jobs: list[JobRecord] = []
+    ids: list[str] = []
     next_key_after = control.next_key_after
-    if control.key_concurrency is None:
+    if budget > 0 and control.key_concurrency is None:
         claimed = await conn.execute(
             *sql.claim_best(
                 type_name, budget, worker_id=worker_id, leased_until=leased_until, now=now
             )
         )
         jobs = [JobRecord(*row) for row in claimed.all()]
-        ids = [job.id for job in jobs]
-    else:
+    elif budget > 0:
         walk = KeyWalk(sql, conn, type_name, control.key_concurrency, running, now)
         ids, next_key_after = await walk.pick(budget, control.next_key_after)
-        jobs = []
         if ids:
             claimed = await conn.execute(
                 *sql.claim_ids(ids, worker_id=worker_id, leased_until=leased_until)
@@ -128,16 +170,19 @@ async def claim_type(
             jobs = [JobRecord(*row) for row in claimed.all()]
     if window is not None and jobs:
         window.started(len(jobs))
-    if window is not None or next_key_after != control.next_key_after:
+    if (window is not None and window.changed) or next_key_after != control.next_key_after:
         starts = None if window is None else window.entries
         await conn.execute(*sql.save_state(type_name, starts, next_key_after))
-    retry_at = None
-    held = budget < limit and not rate_bound  # cut by concurrency
-    if rate_bound and window is not None and len(jobs) == budget:
-        retry_at = window.frees_at()
-    elif control.key_concurrency is not None and len(ids) < budget:
-        retry_at, held = now + RECHECK, True  # keys at their cap may hold jobs back
-    return LimitedClaim(jobs, retry_at, held=held)
+    return settled(
+        jobs,
+        limit=limit,
+        budget=budget,
+        rate_bound=rate_bound,
+        frees_at=None if window is None else window.frees_at(),
+        keyed=control.key_concurrency is not None,
+        picked=len(ids),
+        now=now,
+    )
 
 
 def _limited(control: Any) -> bool:
@@ -156,6 +201,8 @@ class RateWindow:
         self.rate = rate
         self.per = per
         self.entries = [e for e in entries if e[0] > now - per]
+        self.changed = len(self.entries) != len(entries)
+        """Whether the entries differ from the stored ones (then they are saved)."""
         # Never before the newest recorded start, whatever this claimer's clock says.
         self.now = max([now, *(e[0] for e in self.entries)])
 
@@ -171,7 +218,15 @@ class RateWindow:
         return max(0, self.rate - int(sum(e[1] for e in self.entries)))
 
     def started(self, count: int) -> None:
-        self.entries.append([self.now, count])
+        """Record ``count`` starts now, at the end of the current step (see
+        :data:`RATE_STEPS`), in the last entry when it is that step's."""
+        step = self.per / RATE_STEPS
+        instant = math.ceil(self.now / step) * step
+        if self.entries and self.entries[-1][0] >= instant - step / 2:
+            self.entries[-1][1] += count
+        else:
+            self.entries.append([instant, count])
+        self.changed = True
 
     def frees_at(self) -> datetime | None:
         """When the oldest start leaves the window (then at least one more may start)."""

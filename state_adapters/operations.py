@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from state_adapters import pruning, schedule_ticks, starting, validation
+from state_adapters import schedule_ticks, starting, validation
 from state_adapters.ids import new_id
 from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, NewChain, StartedChain
 from state_adapters.notifications import NotificationBuffer
@@ -33,11 +33,10 @@ class QueueOperations:
         :mod:`state_adapters.pruning`."""
         validation.check_aware(finished_before, "finished_before")
         validation.check_positive_int(batch_size, "batch_size")
-        statements = pruning.PruningStatements(self._db.sql.tables, self._db.sql.dialect)
         return await self._transactions.write(
             None,
             NotificationBuffer(),
-            lambda c, _n: pruning.prune_chains(c, statements, finished_before, batch_size),
+            lambda c, _n: self._db.prune_batch(c, finished_before, batch_size),
         )
 
     async def take_schedule_tick(

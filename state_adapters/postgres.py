@@ -6,8 +6,7 @@ how the adapter uses it (:class:`Postgres`, see
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,9 +20,15 @@ from sqlalchemy.sql.elements import ColumnElement, TextClause
 from state_adapters.chain_statements import ChainStatements
 from state_adapters.compiled import CompiledStatements
 from state_adapters.completion import Completed, FinishedJob
-from state_adapters.database import Conn
+from state_adapters.database import Conn, Step, T
+from state_adapters.limited_claims import LimitedClaim, settled
 from state_adapters.model import JobRecord
-from state_adapters.postgres_statements import NEEDS_TRANSACTION, PostgresStatements
+from state_adapters.postgres_statements import (
+    CLAIM_OUTCOME_WIDTH,
+    NEEDS_TRANSACTION,
+    PostgresStatements,
+)
+from state_adapters.pruning import PruningStatements
 from state_adapters.schema import Tables
 from state_adapters.statements import JOB_FIELDS, Statements
 
@@ -88,6 +93,9 @@ class Postgres:
     completes_with_claims = False
     """The claim and the completions' write run at once on two connections, and so
     on two cores, which is faster than one after the other."""
+    starts_in_own_transaction = False
+    """A held connection autocommits each statement: a start that takes dedup keys or
+    marks blockers needs a transaction of its own (retried on a deadlock)."""
 
     def __init__(self, engine: AsyncEngine, tables: Tables) -> None:
         dialect = PostgresSql()
@@ -97,24 +105,47 @@ class Postgres:
         self.single_writer = self.reader
         self.compiled = CompiledStatements(engine.dialect)
         self._own = PostgresStatements(tables)
+        self._pruning = PruningStatements(tables, dialect)
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
         """Nothing to set: Postgres connections need no settings of the queue's."""
 
-    @asynccontextmanager
-    async def transaction(self, conn: AsyncConnection) -> AsyncIterator[Conn]:
+    async def in_transaction(self, conn: AsyncConnection, step: Step[T]) -> T:
         async with conn.begin():
-            yield conn
+            return await step(conn)
 
-    @asynccontextmanager
-    async def locking_transaction(self, conn: AsyncConnection) -> AsyncIterator[Conn]:
-        """``BEGIN`` sent on the held connection, which otherwise autocommits each
-        statement (no pool checkout, no change of isolation level); psycopg ends
-        the server's transaction when SQLAlchemy's ends (COMMIT, or ROLLBACK if the
-        block raises)."""
-        async with conn.begin():
-            await conn.exec_driver_sql("BEGIN")
-            yield conn
+    async def claim_limited(
+        self,
+        conn: Conn,
+        type_name: str,
+        *,
+        worker_id: str,
+        leased_until: datetime,
+        limit: int,
+        now: datetime,
+    ) -> LimitedClaim:
+        """One call of ``{prefix}claim_limited`` (migration 0006), in autocommit: the
+        lock, the count, the key walk, the claim and the saved window in one round
+        trip, one transaction."""
+        query = self._own.claim_limited(
+            type_name, worker_id=worker_id, leased_until=leased_until, limit=limit, now=now
+        )
+        rows = await self.compiled(query.statement).rows(conn, query.params)
+        outcome = rows[0]  # the outcome's columns repeat on every row; one row if no job
+        if outcome.control != "limited":
+            return LimitedClaim(uncontrolled=outcome.control == "uncontrolled")
+        jobs = [JobRecord(*row[CLAIM_OUTCOME_WIDTH:]) for row in rows if row.id is not None]
+        jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
+        return settled(
+            jobs,
+            limit=limit,
+            budget=outcome.budget,
+            rate_bound=outcome.rate_bound,
+            frees_at=outcome.frees_at,
+            keyed=outcome.picked is not None,  # set by the key walk only
+            picked=outcome.picked or 0,
+            now=outcome.claimed_at,
+        )
 
     async def take_migration_lock(self, connection: AsyncConnection, name: str) -> None:
         """A transaction-scoped advisory lock keyed by ``name``."""
@@ -135,6 +166,13 @@ class Postgres:
     async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
         query = self._own.insert_first_jobs(job_rows)
         await self.compiled(query.statement).rows(conn, query.params)
+
+    async def prune_batch(
+        self, conn: AsyncConnection, finished_before: datetime, batch_size: int
+    ) -> int:
+        """The batch in one statement (data-modifying CTEs)."""
+        pruned = await conn.execute(*self._pruning.prune_at_once(finished_before, batch_size))
+        return int(pruned.rowcount)
 
     async def complete(
         self,

@@ -27,14 +27,18 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    text,
     update,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import TableValuedAlias
+from sqlalchemy.sql.selectable import TableValuedAlias, TextualSelect
 from sqlalchemy.types import TypeEngine
 
 from state_adapters.completion import FinishedJob
+from state_adapters.limited_claim_statements import UNKEYED_WINDOW
+from state_adapters.limited_claims import MAX_KEYS_VISITED, RATE_STEPS
 from state_adapters.schema import Tables, UtcDateTime
 from state_adapters.statements import Query, job_columns
 
@@ -43,6 +47,10 @@ NEEDS_TRANSACTION = "queuert: a finished chain has dependents; complete it in a 
 run in a transaction instead; the statement then wrote nothing."""
 
 _JSONB = JSONB()
+_POSTGRES = postgresql.dialect()  # type: ignore[no-untyped-call]
+CLAIM_OUTCOME_WIDTH = 6
+"""The outcome's columns before the job's in a row of
+:meth:`PostgresStatements.claim_limited`."""
 
 
 def _json_records(parameter: str, **columns: TypeEngine[Any]) -> TableValuedAlias:
@@ -73,6 +81,48 @@ class PostgresStatements:
     def __init__(self, tables: Tables) -> None:
         self.tables = tables
         self.job_columns = job_columns(tables)
+
+    def claim_limited(
+        self, type_name: str, *, worker_id: str, leased_until: datetime, limit: int, now: datetime
+    ) -> Query:
+        """Claim up to ``limit`` due jobs of a limited type within its limits: one call
+        of the function ``{prefix}claim_limited`` (migration 0006). Its rows: the
+        claim's outcome (:data:`CLAIM_OUTCOME_WIDTH` columns: ``control``, ``budget``,
+        ``rate_bound``, ``frees_at``, ``picked``, ``claimed_at``), then a claimed job's
+        columns, null when it claimed none (then it returns one row)."""
+        params = {
+            "t": type_name,
+            "worker": worker_id,
+            "until": leased_until,
+            "n": limit,
+            "now": now,
+            "max_keys": MAX_KEYS_VISITED,
+            "window": UNKEYED_WINDOW,
+            "steps": RATE_STEPS,
+        }
+        return Query(self._claim_limited, params)
+
+    @cached_property
+    def _claim_limited(self) -> TextualSelect:
+        quote = _POSTGRES.identifier_preparer
+        name = quote.quote(self.tables.claim_function)
+        if self.tables.schema is not None:
+            name = f"{quote.quote_schema(self.tables.schema)}.{name}"
+        outcome: list[ColumnElement[Any]] = [
+            column("control", String()),
+            column("budget", Integer()),
+            column("rate_bound", Boolean()),
+            column("frees_at", UtcDateTime()),
+            column("picked", Integer()),
+            column("claimed_at", UtcDateTime()),
+        ]
+        assert len(outcome) == CLAIM_OUTCOME_WIDTH
+        call = text(
+            f"SELECT * FROM {name}(CAST(:t AS varchar), CAST(:worker AS varchar), :until, "
+            "CAST(:n AS integer), :now, CAST(:max_keys AS integer), CAST(:window AS integer), "
+            "CAST(:steps AS integer))"
+        ).bindparams(bindparam("until", type_=UtcDateTime()), bindparam("now", type_=UtcDateTime()))
+        return call.columns(*outcome, *(column(c.name, c.type) for c in self.job_columns))
 
     def insert_first_jobs(self, job_rows: Sequence[Mapping[str, Any]]) -> Query:
         """Insert new chains and their first jobs, given the first jobs' rows (a

@@ -145,6 +145,12 @@ class Tables:
         """Name of the migrations' own version table (never the application's)."""
         return f"{self.table_prefix}alembic_version"
 
+    @property
+    def claim_function(self) -> str:
+        """Name of the Postgres function that claims jobs of limited types (migration
+        0006), in the tables' schema."""
+        return f"{self.table_prefix}claim_limited"
+
 
 def ddl_timestamp() -> TypeEngine[datetime]:
     """The column type :class:`UtcDateTime` stores, as SQLAlchemy's own type: the same

@@ -156,11 +156,16 @@ class SqlAlchemyStateAdapter(
         arguments.check_distinct_ids(chains)
         if not chains:
             return []
-        if session is None and not any(c.dedup_key or c.blockers for c in chains):
-            # Plain inserts: one statement on Postgres, run as its own transaction.
+        plain = not any(c.dedup_key or c.blockers for c in chains)
+        if session is None and (plain or self._db.starts_in_own_transaction):
+            # Plain inserts are one statement on Postgres; on SQLite every start is one
+            # call into the driver's thread. On a held connection when one is free (no
+            # pool checkout and return, which on SQLite is a call of its own).
             staged = NotificationBuffer()
-            async with self._db.single_writer.connect() as own, self._db.transaction(own) as conn:
-                started = await starting.start(self._db, conn, staged, chains, _now())
+            async with self._lanes.connection() as own:
+                started = await self._db.in_transaction(
+                    own, lambda conn: starting.start(self._db, conn, staged, chains, _now())
+                )
             notes.absorb(staged)
             return started
         return await self._transactions.write(
@@ -190,9 +195,10 @@ class SqlAlchemyStateAdapter(
         return size() if callable(size) else None
 
     def holding_connections(self) -> AbstractAsyncContextManager[None]:
-        """While this is open, :meth:`acquire` and :meth:`complete_jobs` (outside a
-        caller's transaction) reuse up to two connections kept out of the pool instead
-        of checking one out per call, which costs about as much as the claim itself.
+        """While this is open, :meth:`acquire`, :meth:`complete_jobs` and plain
+        :meth:`start_chains` (outside a caller's transaction) reuse up to two connections
+        kept out of the pool instead of checking one out per call, which costs about as
+        much as the claim itself.
         The two are per pool: every adapter and worker on one engine shares them, so
         however many workers run on an engine, they keep two of its connections
         between them. A :class:`~queuert_notify.Worker` holds them while it runs; size
@@ -253,18 +259,24 @@ class SqlAlchemyStateAdapter(
         Raises ``JobOwnershipLostError`` for a stale token (nothing changed)."""
         validation.check_seconds(lease_seconds, "lease_seconds", allow_zero=False)
         until = _now() + timedelta(seconds=lease_seconds)
-        async with self._db.single_writer.begin() as conn:
-            renewed = await conn.execute(*self._db.sql.renew_lease(job_id, lease_token, until))
-            if renewed.first() is None:
-                raise ownership_lost(job_id)
+        await self._fenced(job_id, self._db.sql.renew_lease(job_id, lease_token, until))
         return until
 
     async def set_progress(self, job_id: str, lease_token: str, progress: Any) -> None:
         """Store progress (any JSON value); fenced by the lease token."""
         validation.check_json(progress, "progress")
-        async with self._db.single_writer.begin() as conn:
-            stored = await conn.execute(*self._db.sql.set_progress(job_id, lease_token, progress))
-            if stored.first() is None:
+        await self._fenced(job_id, self._db.sql.set_progress(job_id, lease_token, progress))
+
+    async def _fenced(self, job_id: str, write: Query) -> None:
+        """``write`` (fenced by a lease token, returning the rows it changed) in a
+        transaction of its own, on a held connection when one is free; raises
+        ``JobOwnershipLostError`` when it changed nothing."""
+
+        async def step(conn: Conn) -> Any:
+            return (await conn.execute(*write)).first()
+
+        async with self._lanes.connection() as lane:
+            if await self._db.in_transaction(lane, step) is None:
                 raise ownership_lost(job_id)
 
     # -- finishing jobs ----------------------------------------------------------------
@@ -292,8 +304,10 @@ class SqlAlchemyStateAdapter(
             # dependents to unblock (or a deadlock was detected): then a transaction.
             staged = NotificationBuffer()
             try:
-                async with self._lanes.connection() as lane, self._db.transaction(lane) as conn:
-                    results, _ = await self._complete(conn, staged, completions, alone=True)
+                async with self._lanes.connection() as lane:
+                    results, _ = await self._db.in_transaction(
+                        lane, lambda conn: self._complete(conn, staged, completions, alone=True)
+                    )
             except DBAPIError as exc:
                 if not (self._db.needs_transaction(exc) or self._db.is_retryable(exc)):
                     raise
@@ -353,9 +367,12 @@ class SqlAlchemyStateAdapter(
             )
         staged = NotificationBuffer()
         try:
-            async with self._lanes.connection() as lane, self._db.transaction(lane) as conn:
-                done, claimed = await self._complete(
-                    conn, staged, completions, now, alone=True, records=False, claim=claim
+            async with self._lanes.connection() as lane:
+                done, claimed = await self._db.in_transaction(
+                    lane,
+                    lambda conn: self._complete(
+                        conn, staged, completions, now, alone=True, records=False, claim=claim
+                    ),
                 )
         except DBAPIError as exc:
             if not (self._db.needs_transaction(exc) or self._db.is_retryable(exc)):
@@ -388,8 +405,10 @@ class SqlAlchemyStateAdapter(
                     return []
                 if conn is not None:
                     return await claim_jobs(self._db, conn, claim)
-                async with self._lanes.connection() as lane, self._db.transaction(lane) as own:
-                    return await claim_jobs(self._db, own, claim)
+                async with self._lanes.connection() as lane:
+                    return await self._db.in_transaction(
+                        lane, lambda own: claim_jobs(self._db, own, claim)
+                    )
 
             until = now + timedelta(seconds=lease_seconds)
             return self._controls.acquire(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -36,12 +35,15 @@ from sqlalchemy.sql.operators import custom_op
 from state_adapters.chain_statements import ChainStatements
 from state_adapters.compiled import CompiledStatements
 from state_adapters.completion import Completed, FinishedJob
-from state_adapters.database import Conn
+from state_adapters.database import Conn, Step, T
 from state_adapters.finishing import finalize
+from state_adapters.limited_claim_statements import LimitedClaimStatements
+from state_adapters.limited_claims import LimitedClaim, claim_type
 from state_adapters.model import JobRecord
+from state_adapters.pruning import PruningStatements, prune_chains
 from state_adapters.schema import Tables, UtcDateTime
 from state_adapters.sqlite_connections import READ_ONLY, SqliteSynchronous, configure_engine
-from state_adapters.sqlite_driver import driver_transaction
+from state_adapters.sqlite_driver import run_transaction
 from state_adapters.statements import Query, Statements, job_columns
 
 
@@ -100,6 +102,8 @@ class Sqlite:
 
     completes_with_claims = True
     """One writer at a time: a transaction saved is time saved."""
+    starts_in_own_transaction = True
+    """``BEGIN IMMEDIATE`` makes every step one transaction, run by one writer at a time."""
 
     def __init__(
         self, engine: AsyncEngine, tables: Tables, *, synchronous: SqliteSynchronous
@@ -109,24 +113,51 @@ class Sqlite:
         dialect = SqliteSql()
         self.sql = Statements(tables, dialect)
         self.chains = ChainStatements(tables, dialect)
+        self._limited = LimitedClaimStatements(tables, dialect)
         self.reader = engine.execution_options(**{READ_ONLY: True})
         # The engine itself, so the write begins IMMEDIATE.
         self.single_writer = engine
         self.compiled = CompiledStatements(engine.dialect)
         self._tables = tables
         self._job_columns = job_columns(tables)
+        self._pruning = PruningStatements(tables, dialect)
+
+    async def prune_batch(
+        self, conn: AsyncConnection, finished_before: datetime, batch_size: int
+    ) -> int:
+        """The batch statement by statement, skipping those with nothing to delete."""
+        return await prune_chains(conn, self._pruning, finished_before, batch_size)
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
         """WAL, the busy timeout, ``synchronous`` and ``BEGIN IMMEDIATE``
         (:mod:`state_adapters.sqlite_connections`)."""
         configure_engine(engine, synchronous=self._synchronous)
 
-    def transaction(self, conn: AsyncConnection) -> AbstractAsyncContextManager[Conn]:
-        return driver_transaction(conn, self.compiled)
+    async def in_transaction(self, conn: AsyncConnection, step: Step[T]) -> T:
+        """One trip to the driver's thread (:mod:`state_adapters.sqlite_driver`)."""
+        return await run_transaction(conn, self.compiled, step)
 
-    def locking_transaction(self, conn: AsyncConnection) -> AbstractAsyncContextManager[Conn]:
-        """The same as :meth:`transaction`: ``BEGIN IMMEDIATE`` holds the database."""
-        return driver_transaction(conn, self.compiled)
+    async def claim_limited(
+        self,
+        conn: Conn,
+        type_name: str,
+        *,
+        worker_id: str,
+        leased_until: datetime,
+        limit: int,
+        now: datetime,
+    ) -> LimitedClaim:
+        """:func:`~state_adapters.limited_claims.claim_type`, statements of the write
+        transaction ``conn`` (``BEGIN IMMEDIATE`` holds the database)."""
+        return await claim_type(
+            self._limited,
+            conn,
+            type_name,
+            worker_id=worker_id,
+            leased_until=leased_until,
+            limit=limit,
+            now=now,
+        )
 
     async def take_migration_lock(self, connection: AsyncConnection, name: str) -> None:
         """Nothing to take: the transaction began with ``BEGIN IMMEDIATE``, which

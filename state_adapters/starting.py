@@ -13,11 +13,8 @@ from state_adapters.ids import new_id
 from state_adapters.model import NewChain, StartedChain
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.records import job_row
-from state_adapters.sqlite_driver import DriverTransaction
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
-
     from state_adapters.database import Conn, Database
 
 _DEDUP_ATTEMPTS = 20
@@ -26,17 +23,13 @@ _DEDUP_ATTEMPTS = 20
 async def start(
     db: Database, conn: Conn, notes: NotificationBuffer, chains: Sequence[NewChain], now: datetime
 ) -> list[StartedChain]:
-    """Insert the chains (validated already); only plain ones (no dedup key, no
-    blockers) may be given a :class:`DriverTransaction`, whose statements must have
-    one shape each."""
+    """Insert the chains (validated already)."""
     open_blockers: set[str] = set()
     if any(chain.blockers for chain in chains):
-        assert not isinstance(conn, DriverTransaction)
         open_blockers = await _mark_blockers(db, conn, chains)
     holders: dict[tuple[str, str], str] = {}
     ids = [chain.id or new_id() for chain in chains]
     if any(chain.dedup_key is not None for chain in chains):
-        assert not isinstance(conn, DriverTransaction)
         holders = await _take_dedup_keys(db, conn, chains, ids, now)
     started: list[StartedChain] = []
     job_rows: list[dict[str, Any]] = []
@@ -76,9 +69,7 @@ async def start(
     return started
 
 
-async def _mark_blockers(
-    db: Database, conn: AsyncConnection, chains: Sequence[NewChain]
-) -> set[str]:
+async def _mark_blockers(db: Database, conn: Conn, chains: Sequence[NewChain]) -> set[str]:
     """Flag every blocker chain as having dependents; the unfinished ones. Raises
     ``ChainNotFoundError`` (before any insert) for a blocker that does not exist."""
     blocker_ids = {b for chain in chains for b in chain.blockers}
@@ -95,7 +86,7 @@ async def _mark_blockers(
 
 async def _take_dedup_keys(
     db: Database,
-    conn: AsyncConnection,
+    conn: Conn,
     chains: Sequence[NewChain],
     ids: Sequence[str],
     now: datetime,
@@ -117,7 +108,7 @@ async def _take_dedup_keys(
 
 
 async def _take_dedup_key(
-    db: Database, conn: AsyncConnection, chain: NewChain, chain_id: str, now: datetime
+    db: Database, conn: Conn, chain: NewChain, chain_id: str, now: datetime
 ) -> str | None:
     """Make ``chain_id`` the holder of the chain's dedup key, or return the id of
     the existing chain that deduplicates it."""

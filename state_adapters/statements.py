@@ -97,7 +97,7 @@ class Statements:
         chains = self.tables.chains
         locked = self.dialect.update_lock(
             select(chains.c.id)
-            .where(chains.c.id.in_(bindparam("chain_ids", expanding=True)))
+            .where(self.dialect.in_list(chains.c.id, "chain_ids"))
             .order_by(chains.c.id)
         )
         return (
@@ -144,16 +144,23 @@ class Statements:
 
     def take_dedup_key(self, type_name: str, dedup_key: str, chain_id: str, now: datetime) -> Query:
         """Take a deduplication key unless another chain holds it (returns the row if taken)."""
-        keys = self.tables.dedup_keys
-        statement = self.dialect.insert_or_ignore(keys).returning(keys.c.chain_id)
         values = {"type_name": type_name, "dedup_key": dedup_key, "chain_id": chain_id}
-        return Query(statement, {**values, "created_at": now})
+        return Query(self._take_dedup_key, {**values, "created_at": now})
+
+    @cached_property
+    def _take_dedup_key(self) -> Insert:
+        keys = self.tables.dedup_keys
+        return self.dialect.insert_or_ignore(keys).returning(keys.c.chain_id)  # type: ignore[no-any-return]
 
     def read_dedup_key(self, type_name: str, dedup_key: str) -> Query:
         """The key's holder, when it took the key, and the holding chain's
         ``existing_id`` (null once deleted) and ``completed_at``."""
+        return Query(self._read_dedup_key, {"b_type_name": type_name, "b_dedup_key": dedup_key})
+
+    @cached_property
+    def _read_dedup_key(self) -> Select[Any]:
         keys, chains = self.tables.dedup_keys, self.tables.chains
-        statement = (
+        return (
             select(
                 keys.c.chain_id,
                 keys.c.created_at,
@@ -161,27 +168,42 @@ class Statements:
                 chains.c.completed_at,
             )
             .select_from(keys.outerjoin(chains, chains.c.id == keys.c.chain_id))
-            .where(keys.c.type_name == type_name, keys.c.dedup_key == dedup_key)
+            .where(
+                keys.c.type_name == bindparam("b_type_name"),
+                keys.c.dedup_key == bindparam("b_dedup_key"),
+            )
         )
-        return Query(statement, {})
 
     def move_dedup_key(
         self, type_name: str, dedup_key: str, from_chain: str, to_chain: str, now: datetime
     ) -> Query:
         """Hand the key to a new chain only if ``from_chain`` still holds it
         (compare-and-swap: a concurrent taker makes this match nothing)."""
+        params = {
+            "b_type_name": type_name,
+            "b_dedup_key": dedup_key,
+            "b_from_chain": from_chain,
+            "b_to_chain": to_chain,
+            "b_now": now,
+        }
+        return Query(self._move_dedup_key, params)
+
+    @cached_property
+    def _move_dedup_key(self) -> Update:
         keys = self.tables.dedup_keys
-        statement = (
+        return (
             update(keys)
             .where(
-                keys.c.type_name == type_name,
-                keys.c.dedup_key == dedup_key,
-                keys.c.chain_id == from_chain,
+                keys.c.type_name == bindparam("b_type_name"),
+                keys.c.dedup_key == bindparam("b_dedup_key"),
+                keys.c.chain_id == bindparam("b_from_chain"),
             )
-            .values(chain_id=to_chain, created_at=now)
+            .values(
+                chain_id=bindparam("b_to_chain"),
+                created_at=bindparam("b_now", type_=keys.c.created_at.type),
+            )
             .returning(keys.c.chain_id)
         )
-        return Query(statement, {})
 
     # -- acquisition and leases --------------------------------------------------------
 

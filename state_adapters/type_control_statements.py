@@ -20,6 +20,7 @@ from sqlalchemy import (
     delete,
     func,
     literal_column,
+    null,
     select,
     update,
 )
@@ -75,7 +76,7 @@ class TypeControlStatements:
         controls = self.tables.type_controls
         values: dict[str, Any] = dict(limits)
         if limits["rate"] is None:
-            values["recent_starts"] = None
+            values["recent_starts"] = null()  # SQL NULL: a JSON column writes None as 'null'
         statement = update(controls).where(controls.c.type_name == type_name).values(**values)
         return Query(statement, {})
 

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from state_adapters import validation
-from state_adapters.limited_claim_statements import LimitedClaimStatements
-from state_adapters.limited_claims import LimitedClaim, claim_type, earliest
+from state_adapters.limited_claims import LimitedClaim, earliest
 from state_adapters.model import JobRecord, TypeLimits
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.type_control_statements import TypeControlStatements
@@ -41,7 +40,6 @@ class TypeControls:
         self._transactions = transactions
         self._lanes = lanes
         self._sql = TypeControlStatements(db.sql.tables, db.sql.dialect)
-        self._claims = LimitedClaimStatements(db.sql.tables, db.sql.dialect)
         self._limited: frozenset[str] = frozenset()
         self._controlled: frozenset[str] = frozenset()
         self._paused: frozenset[str] = frozenset()
@@ -67,6 +65,10 @@ class TypeControls:
         # wakes workers at once, and a stale view would leave it out of their claims.
         if age >= REFRESH_SECONDS or (age > 0 and any(t in self._paused for t in type_names)):
             await self.all()
+        return self.known_limited(type_names)
+
+    def known_limited(self, type_names: Sequence[str]) -> list[str]:
+        """The limited types among ``type_names`` as last read (no I/O)."""
         return [t for t in type_names if t in self._limited]
 
     def uncontrolled(self, type_names: Sequence[str]) -> list[str]:
@@ -179,7 +181,9 @@ class TypeControls:
         SQL would skip their jobs one by one; with a stale view, it still leaves them
         alone). With ``conn`` (SQLite: the transaction of the completions the claim
         follows), every claim runs in it."""
-        limited = await self.limited(type_names)
+        # With ``conn`` the caller has just read them, and on SQLite this runs in the
+        # driver's thread, where nothing may wait for other I/O.
+        limited = await self.limited(type_names) if conn is None else self.known_limited(type_names)
         plain = self.uncontrolled(type_names)
         jobs: list[JobRecord] = []
         if limited:
@@ -207,7 +211,8 @@ class TypeControls:
         conn: Conn | None = None,
     ) -> tuple[list[JobRecord], bool]:
         """Claim up to ``limit`` jobs of these limited types, one type after the other,
-        each in a transaction of its own (:mod:`state_adapters.limited_claims`).
+        each in a transaction of its own (Postgres: one statement) or all in ``conn``'s
+        (:mod:`state_adapters.limited_claims`).
         Also says whether one of them turned out not to be limited any more."""
         jobs: list[JobRecord] = []
         stale = False
@@ -241,8 +246,7 @@ class TypeControls:
         within: Conn | None,
     ) -> LimitedClaim:
         async def claim(conn: Conn) -> LimitedClaim:
-            return await claim_type(
-                self._claims,
+            return await self._db.claim_limited(
                 conn,
                 type_name,
                 worker_id=worker_id,
@@ -253,8 +257,8 @@ class TypeControls:
 
         if within is not None:
             return await claim(within)
-        async with self._lanes.connection() as lane, self._db.locking_transaction(lane) as conn:
-            return await claim(conn)
+        async with self._lanes.connection() as lane:
+            return await self._db.in_transaction(lane, claim)
 
     async def next_due_at(self, type_names: Sequence[str], now: datetime) -> datetime | None:
         """The earliest ``scheduled_at`` of a pending job of ``type_names``, leaving out

@@ -13,7 +13,7 @@ from benchmarks import runner
 from benchmarks.cli import run_benchmark
 
 
-async def test_alternate_rotates_which_variant_runs_first() -> None:
+async def test_alternate_varies_which_variant_runs_first_and_which_runs_before_it() -> None:
     order: list[str] = []
 
     def variant(name: str) -> runner.Variant:
@@ -25,10 +25,11 @@ async def test_alternate_rotates_which_variant_runs_first() -> None:
 
     results = await runner.alternate([variant("a"), variant("b"), variant("c")], 3, warmup=0)
 
-    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
-    assert results.medians("a") == {"value": 6.0}
-    # b ran 2nd, 4th, 9th and a 1st, 6th, 8th: ratios 2, 2/3, 9/8.
-    assert results.ratio("b", "a") == {"value": pytest.approx(9 / 8)}
+    # Rotated by one each round, every other round reversed: b follows a, then c, then a.
+    assert order == ["a", "b", "c", "a", "c", "b", "c", "a", "b"]
+    assert results.medians("a") == {"value": 4.0}
+    # b ran 2nd, 6th, 9th and a 1st, 4th, 8th: ratios 2, 3/2, 9/8.
+    assert results.ratio("b", "a") == {"value": pytest.approx(3 / 2)}
 
 
 def test_percentiles_use_nearest_rank_in_milliseconds() -> None:
@@ -69,6 +70,20 @@ async def test_notify_overhead_reports_every_adapter_the_ratios_and_listener_mem
     assert "| ratio cluster / single node |" in report
     assert "bytes per listener" in report
     assert "pairs/s, 1 task" in report
+
+
+async def test_sync_publish_reports_one_server_and_cluster_in_both_wake_modes(
+    redis_url: str,
+) -> None:
+    report = await run_benchmark(
+        ["sync-publish", "--rounds=1", "--publishes=20", f"--redis-url={redis_url}"]
+    )
+
+    for wake in ("pubsub", "lists"):
+        assert f"| one server, wake={wake} |" in report
+        assert f"| cluster, wake={wake} |" in report
+        assert f"| wake={wake}: cluster / one server |" in report
+    assert "3 types, 3 masters p50 µs" in report
 
 
 async def test_wake_hints_reports_every_call_against_a_bare_round_trip(redis_url: str) -> None:
@@ -211,6 +226,29 @@ async def test_limits_reports_each_limit_side_by_side_with_the_plain_drain(
     assert "time vs plain" in report
 
 
+async def test_limited_claim_reports_each_limit_against_the_plain_claim(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "limited-claim",
+            "--rounds=1",
+            "--claims=5",
+            "--batch=3",
+            "--jobs=40",
+            "--state=postgres,sqlite",
+            "--notify=in-process",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    for state in ("Postgres", "SQLite"):
+        assert f"| {state} + in-process, plain |" in report
+        assert f"| {state} + in-process, concurrency |" in report
+        assert f"| {state} + in-process, concurrency + rate |" in report
+    assert "p50 vs plain" in report
+
+
 async def test_steady_state_reports_rates_latency_and_backlog(
     redis_url: str, postgres_url: str
 ) -> None:
@@ -253,6 +291,25 @@ async def test_wake_latency_reports_percentiles_with_and_without_notifications(
     assert "| SQLite + noop (poll 0.2 s) |" in report
     assert "| SQLite + in-process |" in report
     assert "p99 ms" in report
+
+
+async def test_wake_path_reports_each_step_of_a_wakeup(redis_url: str, postgres_url: str) -> None:
+    report = await run_benchmark(
+        [
+            "wake-path",
+            "--rounds=1",
+            "--samples=5",
+            "--state=sqlite",
+            "--notify=in-process,redis",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    assert "| SQLite + in-process |" in report
+    assert "| SQLite + Redis |" in report
+    # A step appears only when every sample reached it.
+    for step in ("committed", "announced", "budget granted", "claimed", "handler"):
+        assert f"{step} ms" in report
 
 
 async def test_herd_counts_claims_and_the_workers_that_made_them(
@@ -398,5 +455,12 @@ async def test_peers_runs_every_workload_for_ours_and_the_floors(
         "queuert-notify, Postgres + Redis, 2 processes",
     ):
         assert f"| {row} |" in report
-    for column in ("p50 / floor", "100/tx jobs/s", "p99 ms", "jobs/s", "queue CPU %"):
+    for column in (
+        "p50 / floor",
+        "100/tx jobs/s",
+        "p99 ms",
+        "enqueue call p50 ms",
+        "jobs/s",
+        "queue CPU %",
+    ):
         assert column in report

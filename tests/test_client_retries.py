@@ -11,6 +11,7 @@ commits the lost transaction only after the repeat has looked for it.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -50,9 +51,10 @@ class LostCommit:
     way the driver connection is closed under SQLAlchemy, which reports a lost
     connection (``connection_invalidated``). ``fired`` counts the writes broken.
 
-    On SQLite the adapter commits its own plain starts on the aiosqlite connection
-    itself (``state_adapters/sqlite_driver.py``), past SQLAlchemy's ``commit`` event:
-    those commits are broken at the driver's ``commit``.
+    On SQLite the adapter commits its own plain starts on the sqlite3 connection itself,
+    in the aiosqlite thread (``state_adapters/sqlite_driver.py``), past SQLAlchemy's
+    ``commit`` event: the connection under aiosqlite is wrapped so that its ``COMMIT``
+    is broken there.
     """
 
     def __init__(self, engine: AsyncEngine, *, committed: bool) -> None:
@@ -75,26 +77,16 @@ class LostCommit:
         event.remove(self.engine.sync_engine, "checkout", self._on_checkout)
 
     def _on_checkout(self, dbapi_connection: Any, *args: Any) -> None:
-        if self.engine.dialect.name != "sqlite":
-            return
         driver = dbapi_connection.driver_connection
-        if getattr(driver, "_lost_commit", None) is self:
-            return
-        driver._lost_commit = self
-        commit = driver.commit
+        if self.engine.dialect.name == "sqlite" and not isinstance(driver._connection, _Lossy):
+            driver._connection = _Lossy(driver._connection, self)
 
-        async def lost_commit() -> None:
-            if not self._active or self.fired:
-                return await commit()  # type: ignore[no-any-return]
-            self.fired += 1
-            if self.committed:
-                await commit()
-            # Closed under aiosqlite: the commit fails with "Cannot operate on a closed
-            # database", a disconnect.
-            await driver._execute(driver._conn.close)
-            return await commit()  # type: ignore[no-any-return]
-
-        driver.commit = lost_commit
+    def breaks_driver_commit(self) -> bool:
+        """Whether the next ``COMMIT`` sent to the sqlite3 connection is to be broken."""
+        if not self._active or self.fired:
+            return False
+        self.fired += 1
+        return True
 
     def _on_commit(self, connection: Connection) -> None:
         if self.fired or (not self.committed and _autocommit(connection)):
@@ -123,6 +115,29 @@ class LostCommit:
         raise self.engine.dialect.loaded_dbapi.OperationalError(
             "server closed the connection unexpectedly"
         )
+
+
+class _Lossy:
+    """A sqlite3 connection whose ``COMMIT`` :class:`LostCommit` breaks: committed or
+    not, the connection is then closed, and the ``COMMIT`` fails with "Cannot operate on
+    a closed database", a disconnect. Everything else goes to the connection itself."""
+
+    def __init__(self, connection: sqlite3.Connection, fault: LostCommit) -> None:
+        object.__setattr__(self, "_real", connection)
+        object.__setattr__(self, "_fault", fault)
+
+    def execute(self, statement: str, *args: Any) -> sqlite3.Cursor:
+        if statement.strip().upper() == "COMMIT" and self._fault.breaks_driver_commit():
+            if self._fault.committed:
+                self._real.execute(statement)
+            self._real.close()
+        return self._real.execute(statement, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._real, name, value)
 
 
 def _autocommit(connection: Connection) -> bool:

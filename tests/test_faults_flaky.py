@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Column, MetaData, String, Table, insert, select
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from queuert_notify.client import ChainSpec, Client
 from queuert_notify.events import WorkerEvent
@@ -18,7 +18,7 @@ from queuert_notify.jobs import Handler, Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker import Worker, WorkerMode
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from tests.support.fault_injection import FaultSchedule, FlakyNotifyAdapter, inject_statement_faults
+from tests.support.fault_injection import FaultSchedule, FlakyNotifyAdapter, faulty_engine
 from tests.support.queue_helpers import STATE_KINDS
 
 pytest_plugins = ["tests.support.queue_fixtures"]
@@ -137,9 +137,8 @@ def flaky_state(
 ) -> Iterator[tuple[SqlAlchemyStateAdapter, FaultSchedule]]:
     """A state adapter on an engine of its own whose statements fail in bursts once the
     schedule is armed (the test's ``client`` keeps a reliable engine to check with)."""
-    engine = create_async_engine(database_url, pool_size=12)
     schedule = FaultSchedule(seed=6, rate=0.08)
-    remove = inject_statement_faults(engine, schedule)
+    engine, remove = faulty_engine(database_url, schedule, pool_size=12)
     yield SqlAlchemyStateAdapter(engine, table_prefix=table_prefix), schedule
     remove()
 

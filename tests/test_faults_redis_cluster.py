@@ -1,6 +1,6 @@
 """Faults a Redis Cluster adapter survives: a master killed (its replica takes over), a
-slot resharded to another master, and a close while a master is down; and a worker
-that keeps running jobs through a master's death.
+slot resharded to another master, and a close while a master is down; a worker that
+keeps running jobs through a master's death, and SyncClient's publisher that follows it.
 
 This module has a cluster of its own (the ``redis_cluster`` fixture is module
 scoped); every test leaves it settled with all six nodes running.
@@ -21,18 +21,14 @@ from queuert_notify.notify import sharded_subscriber
 from queuert_notify.notify.redis_cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import Recorder
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.notifications import NotificationBuffer
 from tests.support.redis_cluster import LocalRedisCluster
 
 
 @pytest.fixture
 def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedisCluster]:
     yield redis_cluster
-    for node in redis_cluster.nodes:
-        if node.paused:
-            redis_cluster.resume(node.port)
-        if not node.alive:
-            redis_cluster.restart(node.port)  # rejoins (a former master as a replica)
-    redis_cluster.delete_prefix(prefix)
+    redis_cluster.settle(prefix)
 
 
 @pytest.fixture
@@ -49,14 +45,7 @@ async def adapters(
 
 def _type_on(cluster: LocalRedisCluster, prefix: str, port: int, skip: int = 0) -> str:
     """A type name whose wake channel (and budget key) lives on master ``port``."""
-    index = 0
-    while True:
-        name = f"type-{index}"
-        index += 1
-        if cluster.owner_of(cluster_name(prefix, "sched", name)) == port:
-            if skip == 0:
-                return name
-            skip -= 1
+    return cluster.name_on(port, lambda name: cluster_name(prefix, "sched", name), skip)
 
 
 async def test_after_a_master_is_killed_subscriptions_follow_its_replica(
@@ -132,6 +121,33 @@ async def test_a_worker_with_a_60s_poll_runs_every_job_through_a_masters_death(
                 assert (done.status, done.output) == ("completed", n)
     finally:
         await engine.dispose()
+
+
+async def test_a_sync_clients_publisher_follows_a_killed_master_to_its_replica(
+    cluster: LocalRedisCluster,
+    prefix: str,
+    adapters: tuple[RedisNotifyAdapter, RedisNotifyAdapter],
+) -> None:
+    listener, _ = adapters
+    doomed = cluster.masters()[0]
+    type_name = _type_on(cluster, prefix, doomed)
+    notes = NotificationBuffer()
+    notes.job_scheduled(type_name)
+    heard, reconnects = Recorder(), Recorder()
+    listener.on_reconnect(reconnects)
+    await listener.listen_job_scheduled([type_name], heard)
+    publisher = RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True).blocking_publisher()
+    try:
+        await asyncio.to_thread(publisher.publish, notes)  # its slot map names ``doomed``
+        await heard.wait_for(1, within=5.0)
+        replica = await asyncio.to_thread(cluster.kill_master_and_wait_for_failover, doomed)
+        assert cluster.owner_of(cluster_name(prefix, "sched", type_name)) == replica
+        await reconnects.wait_for(2, within=15.0)  # the listener is back, on the replica
+
+        await asyncio.to_thread(publisher.publish, notes)
+        await heard.wait_for(2, within=5.0)
+    finally:
+        await asyncio.to_thread(publisher.close)
 
 
 async def test_when_a_slot_is_resharded_the_subscription_and_the_budget_follow_it(

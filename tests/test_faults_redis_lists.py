@@ -1,22 +1,32 @@
 """``RedisNotifyAdapter(wake="lists")`` under faults: a worker killed holding a wake
-token gives it back to a live worker; a restarted Redis (no persistence) loses tokens
-but no job; a burst for a crowd of idle workers costs about one claim per job."""
+token gives it back to a live worker (on one server and on a Redis Cluster); a
+restarted Redis (no persistence) loses tokens but no job; a burst for a crowd of idle
+workers costs about one claim per job."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from queuert_notify import ChainSpec, Client, NoopNotifyAdapter, RedisNotifyAdapter, Worker
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.notify.redis_shared import consumers_key, processing_key, token_list_key
+from queuert_notify.notify.redis_shared import (
+    consumers_key,
+    hash_tag,
+    processing_key,
+    token_list_key,
+)
 from tests.support.queue_helpers import CountingState, wait_until
+from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.services import OwnServer
 from tests.support.worker_processes import WorkerProcesses
 
@@ -26,7 +36,7 @@ CONSUMER_TIMEOUT = 3.0
 """Of the killed worker: long enough for the live one to start and go idle first."""
 
 
-class _ClaimPassSeen:
+class ClaimPassSeen:
     """The real state adapter, noting when a claim pass (``acquire``) has returned."""
 
     def __init__(self, inner: Any) -> None:
@@ -43,78 +53,113 @@ class _ClaimPassSeen:
             self.claimed.set()
 
 
-async def _blocked_on(redis: Redis, key: str) -> bool:
-    """Whether some client is blocked in a move from ``key`` right now."""
-    clients = await redis.client_list()
-    return any(
-        c.get("cmd") in ("blmove", "blmpop") and c.get("flags") == "b" for c in clients
-    ) and (await redis.exists(key) == 0)
+@dataclass
+class _Where:
+    """The Redis a test's workers use: one server, or a Redis Cluster (keys tagged)."""
+
+    url: str
+    admin: Redis | RedisCluster  # decoding replies
+    tag: Callable[[str], str]
+    blocked: Callable[[], Awaitable[bool]]  # some consumer blocks on the token list
+    cluster: bool
+
+    def notify(self, prefix: str, **options: Any) -> RedisNotifyAdapter:
+        return RedisNotifyAdapter(
+            self.url, prefix=prefix, wake="lists", cluster=self.cluster, **options
+        )
+
+
+@pytest.fixture(params=["server", "cluster"])
+async def where(
+    request: pytest.FixtureRequest, redis_url: str, prefix: str
+) -> AsyncIterator[_Where]:
+    if request.param == "server":
+        admin: Redis | RedisCluster = Redis.from_url(redis_url, decode_responses=True)
+
+        async def blocked() -> bool:
+            clients = await admin.client_list()
+            return any(
+                c.get("cmd") in ("blmove", "blmpop") and c.get("flags") == "b" for c in clients
+            )
+
+        yield _Where(redis_url, admin, lambda name: name, blocked, cluster=False)
+    else:
+        cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
+        admin = RedisCluster.from_url(cluster.url, decode_responses=True)
+
+        async def blocked() -> bool:
+            owner = cluster.owner_of(
+                token_list_key(request.getfixturevalue("prefix"), hash_tag("effect"))
+            )
+            return await asyncio.to_thread(cluster.blocked_movers, owner) > 0
+
+        yield _Where(cluster.url, admin, hash_tag, blocked, cluster=True)
+    await admin.aclose()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
 async def test_a_worker_killed_holding_a_token_gives_it_back_and_another_worker_wakes(
-    state: Any, workers: WorkerProcesses, effects: Any, redis_url: str, prefix: str
+    state: Any, workers: WorkerProcesses, effects: Any, where: _Where, prefix: str
 ) -> None:
-    admin = Redis.from_url(redis_url, decode_responses=True)
-    source = token_list_key(prefix, "effect")
+    admin, tag = where.admin, where.tag("effect")
+    source, consumers = token_list_key(prefix, tag), consumers_key(prefix, tag)
     first = workers.start(
         "first",
-        QT_REDIS_URL=redis_url,
+        QT_REDIS_URL=where.url,
         QT_REDIS_PREFIX=prefix,
         QT_REDIS_WAKE="lists",
+        QT_REDIS_CLUSTER="1" if where.cluster else "0",
         QT_CONSUMER_TIMEOUT=str(CONSUMER_TIMEOUT),
         QT_CONCURRENCY="1",
     )
-    try:
-        # The only consumer, idle: registered and blocked on the token list.
-        await wait_until(lambda: admin.zcard(consumers_key(prefix, "effect")), timeout=30)
-        (dead,) = await admin.zrange(consumers_key(prefix, "effect"), 0, -1)
-        await wait_until(lambda: _blocked_on(admin, source), timeout=10)
-        # Frozen while blocked: Redis still moves the token into its processing list.
-        first.send_signal(signal.SIGSTOP)
-        async with RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists") as producer:
-            await producer.provide_wake_hint("effect", 1)
-        held = processing_key(prefix, "effect", str(dead))
-        await wait_until(lambda: admin.llen(held), timeout=5)
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
-        assert await admin.llen(source) == 0
+    # The only consumer, idle: registered and blocked on the token list.
+    await wait_until(lambda: admin.zcard(consumers), timeout=30)
+    (dead,) = await admin.zrange(consumers, 0, -1)
+    await wait_until(where.blocked, timeout=10)
+    assert await admin.exists(source) == 0
+    # Frozen while blocked: Redis still moves the token into its processing list.
+    first.send_signal(signal.SIGSTOP)
+    async with where.notify(prefix) as producer:
+        await producer.provide_wake_hint("effect", 1)
+    held = processing_key(prefix, tag, str(dead))
+    await wait_until(lambda: admin.llen(held), timeout=5)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    assert await admin.llen(source) == 0
 
-        # A live worker (60 s poll) makes its start-up claim and goes idle; then a job
-        # appears with no wakeup of its own: only the dead worker's token can wake it.
-        notify = RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists", consumer_timeout=1)
-        watched = _ClaimPassSeen(state)
-        done = asyncio.Event()
+    # A live worker (60 s poll) makes its start-up claim and goes idle; then a job
+    # appears with no wakeup of its own: only the dead worker's token can wake it.
+    notify = where.notify(prefix, consumer_timeout=1)
+    watched = ClaimPassSeen(state)
+    done = asyncio.Event()
 
-        async def effect(job: Job, ctx: JobContext) -> None:
-            done.set()
+    async def effect(job: Job, ctx: JobContext) -> None:
+        done.set()
 
-        async with (
-            Client(state=watched, notify=notify) as client,
-            Client(state=state, notify=NoopNotifyAdapter()) as silent,
-            Worker(client, {"effect": effect}, concurrency=1, poll_interval=60) as worker,
-        ):
+    async with (
+        Client(state=watched, notify=notify) as client,
+        Client(state=state, notify=NoopNotifyAdapter()) as silent,
+        Worker(client, {"effect": effect}, concurrency=1, poll_interval=60) as worker,
+    ):
 
-            async def two_consumers() -> bool:
-                return await admin.zcard(consumers_key(prefix, "effect")) == 2
+        async def two_consumers() -> bool:
+            return await admin.zcard(consumers) == 2
 
-            await wait_until(two_consumers)
-            # Its start-up claim is over: it cannot find the job below by itself.
-            await asyncio.wait_for(watched.claimed.wait(), timeout=10)
-            started = time.perf_counter()
-            await silent.start_chain("effect")
-            assert await admin.llen(held) == 1, "the dead worker's token was returned too early"
-            async with asyncio.timeout(CONSUMER_TIMEOUT + 5):
-                await done.wait()
-            waited = time.perf_counter() - started
-            assert worker.worker_id
-        # Returned within the dead consumer's timeout plus a heartbeat, not the poll.
-        assert waited < CONSUMER_TIMEOUT + 2, waited
-        assert await admin.llen(held) == 0, "the dead consumer's processing list is empty"
-        assert dead not in await admin.zrange(consumers_key(prefix, "effect"), 0, -1)
-    finally:
-        await admin.aclose()
+        await wait_until(two_consumers)
+        # Its start-up claim is over: it cannot find the job below by itself.
+        await asyncio.wait_for(watched.claimed.wait(), timeout=10)
+        started = time.perf_counter()
+        await silent.start_chain("effect")
+        assert await admin.llen(held) == 1, "the dead worker's token was returned too early"
+        async with asyncio.timeout(CONSUMER_TIMEOUT + 5):
+            await done.wait()
+        waited = time.perf_counter() - started
+        assert worker.worker_id
+    # Returned within the dead consumer's timeout plus a heartbeat, not the poll.
+    assert waited < CONSUMER_TIMEOUT + 2, waited
+    assert await admin.llen(held) == 0, "the dead consumer's processing list is empty"
+    assert dead not in await admin.zrange(consumers, 0, -1)
 
 
 @pytest.mark.slow

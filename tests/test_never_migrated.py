@@ -176,3 +176,20 @@ async def test_a_worker_whose_tables_are_dropped_stops_with_the_error(
     # deadlock with it once (a retried loop pass) before the error is seen.
     assert warnings[-1] == f"worker stopped: {raised.value}"
     assert all(w.startswith("worker loop failed") for w in warnings[:-1]), warnings
+
+
+async def test_tables_without_the_claim_function_say_to_adopt_them(
+    client: Client, engine: AsyncEngine, prefix: str, state_kind: str
+) -> None:
+    if state_kind != "postgres":
+        pytest.skip("the function of limited claims is Postgres's")
+    state = client.state
+    await state.migrate()
+    # As tables made by the application's own Alembic: the function is missing.
+    async with engine.begin() as conn:
+        await conn.execute(text(f"DROP FUNCTION {prefix}_claim_limited"))
+    await client.set_limits("t", concurrency=1)
+    with pytest.raises(ConfigurationError) as raised:
+        await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=1)
+    assert f"function {prefix}_claim_limited" in str(raised.value)
+    assert "queuert-notify migrate --adopt" in str(raised.value)

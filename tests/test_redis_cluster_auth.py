@@ -1,17 +1,20 @@
 """RedisNotifyAdapter on a Redis Cluster that requires a password: the subscriber's own
-per-master connections authenticate like the cluster client, and no message shows the
-password."""
+per-master connections, and SyncClient's blocking publisher, authenticate like the
+cluster client, and no message shows the password."""
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterator
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from queuert_notify import ConfigurationError, RedisNotifyAdapter
 from queuert_notify.testing import Recorder
 from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
+from tests.support.redis_helpers import publish_blocking
 
 PASSWORD = "s3cret-cluster"
 
@@ -58,3 +61,27 @@ async def test_a_wrong_password_fails_connect_without_showing_it(
     assert "wrong-guess" not in str(raised.value)
     assert f"127.0.0.1:{auth_cluster.live_nodes()[0].port}" in str(raised.value)
     await adapter.close()
+
+
+async def test_a_sync_clients_publisher_authenticates_with_the_password_in_the_url(
+    auth_cluster: LocalRedisCluster, prefix: str
+) -> None:
+    types = [f"type-{index}" for index in range(12)]  # spread over every master
+    async with RedisNotifyAdapter(auth_cluster.url, prefix=prefix, cluster=True) as listener:
+        rec = Recorder()
+        await listener.listen_job_scheduled(types, rec)
+        await publish_blocking(
+            RedisNotifyAdapter(auth_cluster.url, prefix=prefix, cluster=True), types
+        )
+        await rec.wait_for(len(types), within=5.0)
+    auth_cluster.delete_prefix(prefix)
+
+
+async def test_a_sync_clients_publisher_with_a_wrong_password_fails_without_showing_it(
+    auth_cluster: LocalRedisCluster, prefix: str
+) -> None:
+    url = auth_cluster.url.replace(PASSWORD, "wrong-guess")
+    with pytest.raises(RedisClusterException, match="username-password") as raised:
+        await publish_blocking(RedisNotifyAdapter(url, prefix=prefix, cluster=True), ["job"])
+    # What the sender thread's warning would print: the error and its traceback.
+    assert "wrong-guess" not in "".join(traceback.format_exception(raised.value))

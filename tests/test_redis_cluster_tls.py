@@ -1,6 +1,7 @@
 """RedisNotifyAdapter on a Redis Cluster that speaks only TLS (clients, replication and
 the cluster bus): the subscriber's own per-master connections use TLS like the cluster
-client, whether the adapter was given a ``rediss://`` URL or a caller-owned client.
+client, whether the adapter was given a ``rediss://`` URL or a caller-owned client, and
+so does SyncClient's blocking publisher (from the URL).
 
 The nodes have no plaintext port, so every delivery below crossed a TLS connection.
 """
@@ -15,6 +16,7 @@ from redis.asyncio.cluster import RedisCluster
 from queuert_notify import ConfigurationError, RedisNotifyAdapter
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
 from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
+from tests.support.redis_helpers import publish_blocking
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +81,18 @@ async def test_a_rediss_url_subscribes_on_every_master_over_tls(
         assert _subscribers_per_master(cluster) == [1, 1, 1]
         assert await adapter.consume_wake_hint(types[0]) is True
         assert await adapter.consume_wake_hint(types[0]) is False
+
+
+async def test_a_sync_clients_publisher_reaches_every_master_over_tls_from_the_url(
+    cluster: LocalRedisCluster, prefix: str
+) -> None:
+    types = [f"type-{index}" for index in range(12)]  # spread over every master
+    async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as listener:
+        rec = Recorder()
+        await listener.listen_job_scheduled(types, rec)
+        await publish_blocking(RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True), types)
+        await rec.wait_for(len(types), within=5.0)
+        assert sorted(call[0] for call in rec.calls) == sorted(types)
 
 
 async def test_a_caller_owned_tls_client_lends_its_tls_settings_to_the_subscribers(

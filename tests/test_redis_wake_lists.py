@@ -44,7 +44,7 @@ async def adapters(redis_url: str, prefix: str) -> AsyncIterator[list[RedisNotif
 
 @pytest.mark.parametrize(
     "options",
-    [{"wake": "stream"}, {"wake": "lists", "cluster": True}, {"consumer_timeout": 0}],
+    [{"wake": "stream"}, {"consumer_timeout": 0}],
 )
 def test_a_wake_mode_other_than_pubsub_or_lists_is_a_configuration_error(
     redis_url: str, options: dict[str, object]

@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from state_adapters import SqlAlchemyStateAdapter, make_metadata, metadata
+from state_adapters.migrations.runner import config_for
+from state_adapters.schema import make_tables
 from tests.support.queue_helpers import drop_tables, head_revision
 
 TABLES = ("chains", "jobs", "blockers", "dedup_keys", "schedules", "type_controls")
@@ -118,10 +121,40 @@ async def test_an_application_schema_and_alembic_history_are_left_alone(
         assert app_version == "app-rev"
         chain = await state.get_chain((await _start(state)).id)
         assert chain.status == "pending"
+        # The limited claim's function (migration 0006) is in the schema as well.
+        await state.set_limits(
+            "t", concurrency=1, key_concurrency=None, rate=None, per_seconds=None, notes=_notes()
+        )
+        jobs = await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=5)
+        assert [j.chain_id for j in jobs] == [chain.id]
     finally:
         async with engine.begin() as conn:
             await conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
         await engine.dispose()
+
+
+async def test_downgrading_below_0006_drops_the_claim_function(
+    postgres_url: str, prefix: str
+) -> None:
+    engine = create_async_engine(postgres_url)
+    tables = make_tables(f"{prefix}_")
+    count = text("SELECT count(*) FROM pg_proc WHERE proname = :name")
+    name = {"name": f"{prefix}_claim_limited"}
+    try:
+        await SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_").migrate()
+        async with engine.begin() as conn:
+            assert await conn.scalar(count, name) == 1
+            await conn.run_sync(lambda c: command.downgrade(config_for(c, tables), "0005"))
+            assert await conn.scalar(count, name) == 0
+    finally:
+        await drop_tables(engine, f"{prefix}_")
+        await engine.dispose()
+
+
+def _notes() -> Any:
+    from state_adapters.notifications import NotificationBuffer
+
+    return NotificationBuffer()
 
 
 async def _start(state: SqlAlchemyStateAdapter) -> Any:

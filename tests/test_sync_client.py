@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
@@ -33,16 +33,6 @@ from tests.test_postgres_notify import listener_backends
 pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
 
 BOTH = pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
-
-
-@pytest.fixture
-def sync_engine(database_url: str, state: Any) -> Iterator[Engine]:
-    """A sync engine on the test's database, whose queue tables ``state`` migrated."""
-    engine = create_engine(database_url.replace("+aiosqlite", ""))
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ agree: every payload a sender accepts is decoded back to the same text.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from queuert_notify.errors import InvalidInputError
 from state_adapters.validation import check_text
 
@@ -64,3 +66,13 @@ def check_count(count: object) -> int:
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise InvalidInputError(f"wake hint count must be an int >= 0, got {count!r}")
     return count
+
+
+def scheduled_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """What a ``notify_jobs_scheduled(counts)`` sends: every type name and count checked
+    (``InvalidInputError`` before anything is sent), the types with a count of 0 left out."""
+    return {
+        encode_payload("type name", name): count
+        for name, count in counts.items()
+        if check_count(count) > 0
+    }

@@ -45,6 +45,7 @@ from queuert_notify.notify.redis_transport import (
 
 if TYPE_CHECKING:
     from queuert_notify.notify.redis_blocking import RedisBlockingPublisher
+    from queuert_notify.notify.redis_cluster_blocking import RedisClusterBlockingPublisher
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +91,8 @@ class RedisNotifyAdapter(ConnectOnEnter):
     :class:`~queuert_notify.notify.redis_cluster.RedisClusterTransport`
     (sharded Pub/Sub, hash-tagged keys; its docstring has the wire layout).
 
-    ``wake="lists"`` (single server) turns job-scheduled wakeups into durable tokens
-    on Redis lists (:class:`~queuert_notify.notify.redis_lists.RedisWakeLists`): one
+    ``wake="lists"`` (one server or a cluster) turns job-scheduled wakeups into durable
+    tokens on Redis lists (:class:`~queuert_notify.notify.redis_lists.RedisWakeLists`): one
     token wakes one listening worker, a worker killed holding one gives it back within
     ``consumer_timeout`` seconds, and ``acknowledge_wakes`` removes it after the claim.
     Every producer and worker of a prefix must use the same mode.
@@ -117,12 +118,6 @@ class RedisNotifyAdapter(ConnectOnEnter):
         if not (isinstance(consumer_timeout, int | float) and consumer_timeout > 0):
             raise ConfigurationError(
                 f"consumer_timeout must be a positive number of seconds, got {consumer_timeout!r}"
-            )
-        if wake == "lists" and (cluster or isinstance(client, RedisCluster)):
-            raise ConfigurationError(
-                "RedisNotifyAdapter(wake='lists') runs on a single Redis server (or a "
-                "replica set behind one address), not yet on Redis Cluster: use "
-                "wake='pubsub' with cluster=True"
             )
         if (url is None) == (client is None):
             raise ConfigurationError(
@@ -154,7 +149,7 @@ class RedisNotifyAdapter(ConnectOnEnter):
         # Job-scheduled wakes (and their budgets) go to the transport, or in lists mode
         # to the token lists; mypy checks both against RedisWakes.
         self._wakes: RedisWakes = self._transport
-        if wake == "lists" and isinstance(self._transport, RedisServerTransport):
+        if wake == "lists":
             self._lists = self._transport.wake_lists(consumer_timeout)
             self._wakes = self._lists
 
@@ -169,22 +164,24 @@ class RedisNotifyAdapter(ConnectOnEnter):
         """The prefix of every channel and key this adapter uses."""
         return self._transport.prefix
 
-    def blocking_publisher(self) -> RedisBlockingPublisher:
-        """A publisher with a blocking client on this adapter's server, wire layout
-        and scripts, for ``SyncClient`` (which publishes from a thread of its own)."""
-        from queuert_notify.notify.redis_blocking import RedisBlockingPublisher
-
-        if self._cluster:
-            raise ConfigurationError(
-                "SyncClient cannot publish to Redis Cluster yet: use a single Redis server, "
-                "PostgresNotifyAdapter, or notify=None (workers poll)"
-            )
+    def blocking_publisher(self) -> RedisBlockingPublisher | RedisClusterBlockingPublisher:
+        """A publisher with a blocking client on this adapter's server or cluster, wire
+        layout and scripts, for ``SyncClient`` (which publishes from a thread of its own)."""
         if self._url is None:
             raise ConfigurationError(
                 "SyncClient needs a RedisNotifyAdapter built with url=...: a caller's "
                 "redis.asyncio client belongs to its event loop"
             )
-        return RedisBlockingPublisher(self._url, self.prefix, lists=self.wake == "lists")
+        lists = self.wake == "lists"
+        if self._cluster:
+            from queuert_notify.notify.redis_cluster_blocking import (
+                RedisClusterBlockingPublisher,
+            )
+
+            return RedisClusterBlockingPublisher(self._url, self.prefix, lists=lists)
+        from queuert_notify.notify.redis_blocking import RedisBlockingPublisher
+
+        return RedisBlockingPublisher(self._url, self.prefix, lists=lists)
 
     async def connect(self) -> None:
         """Load the scripts and open the subscriber; idempotent.

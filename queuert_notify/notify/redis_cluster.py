@@ -21,12 +21,16 @@ one master and delivered only to the subscribers of that name: nothing is
 broadcast to every node or every listener. A name that is empty or contains
 ``}`` (which would end the hash tag early) is tagged by a digest instead:
 ``P:hint:{#<hex>}:<type>``.
+
+With ``wake="lists"`` job-scheduled wakeups are tokens on lists named as in
+:mod:`~queuert_notify.notify.redis_lists`, with the same hash tag standing for the
+type (``P:wake:{<type>}``, ``P:wake:{<type>}:proc:<consumer>``, ...): every key of
+one type in one slot. Chain-completed and ownership-lost stay on the shard channels.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -37,12 +41,17 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from queuert_notify.errors import ConfigurationError, mask_url
 from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
-from queuert_notify.notify.payloads import check_count, encode_payload
+from queuert_notify.notify.payloads import check_count, encode_payload, scheduled_counts
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
+from queuert_notify.notify.redis_lists import RedisWakeLists
+from queuert_notify.notify.redis_lists_lines import ClusterPlacement
 from queuert_notify.notify.redis_shared import (
     CONSUME_WAKE_HINT,
     PROVIDE_WAKE_HINT,
+    ScriptCall,
+    all_at_once,
     connection_retry,
+    hash_tag,
     lua_script,
 )
 from queuert_notify.notify.sharded_subscriber import ShardedSubscriber
@@ -50,7 +59,7 @@ from queuert_notify.notify.shared_listener import SharedListener
 
 logger = logging.getLogger(__name__)
 
-_NOTIFY_JOBS_SCHEDULED_SHARDED = lua_script("notify_jobs_scheduled_sharded")
+NOTIFY_JOBS_SCHEDULED_SHARDED = lua_script("notify_jobs_scheduled_sharded")
 _SCHEMES = ("redis", "rediss")
 
 
@@ -58,7 +67,7 @@ def cluster_name(prefix: str, kind: str, value: str) -> str:
     """The key or shard channel of ``kind`` (``sched``, ``chainc``, ``owls``, ``hint``)
     for one type, chain or job: hash-tagged by ``value`` so every name of one value
     shares a slot."""
-    return _kind_prefix(prefix, kind) + _hash_tag(value)
+    return _kind_prefix(prefix, kind) + hash_tag(value)
 
 
 def _kind_prefix(prefix: str, kind: str) -> str:
@@ -66,16 +75,22 @@ def _kind_prefix(prefix: str, kind: str) -> str:
     return f"{prefix}:{kind}:"
 
 
-def _hash_tag(value: str) -> str:
-    if value and "}" not in value:
-        return f"{{{value}}}"
-    digest = hashlib.blake2b(value.encode(), digest_size=8).hexdigest()
-    return f"{{#{digest}}}:{value}"
-
-
 def cluster_hint_key(prefix: str, type_name: str) -> str:
     """The key holding the wake budget of ``type_name``; same slot as its wake channel."""
     return cluster_name(prefix, "hint", type_name)
+
+
+def scheduled_by_slot(prefix: str, counts: Mapping[str, int]) -> list[ScriptCall]:
+    """The calls of ``notify_jobs_scheduled_sharded.lua`` that provide every type's
+    budget and announce it on its shard channel: one per hash slot involved (none for
+    no count above 0). Every name and count is checked first (``InvalidInputError``)."""
+    by_slot: dict[int, ScriptCall] = {}
+    for type_name, count in scheduled_counts(counts).items():
+        key = cluster_hint_key(prefix, type_name)
+        keys, args = by_slot.setdefault(key_slot(key.encode()), ([], [HINT_TTL_SECONDS]))
+        keys.append(key)
+        args += [cluster_name(prefix, "sched", type_name), type_name, count]
+    return list(by_slot.values())
 
 
 class RedisClusterTransport(ChannelNotifyAdapter):
@@ -126,7 +141,7 @@ class RedisClusterTransport(ChannelNotifyAdapter):
         self._close_timeout = close_timeout
         self._provide_script = self._commands.register_script(PROVIDE_WAKE_HINT)
         self._consume_script = self._commands.register_script(CONSUME_WAKE_HINT)
-        self._schedule_script = self._commands.register_script(_NOTIFY_JOBS_SCHEDULED_SHARDED)
+        self._schedule_script = self._commands.register_script(NOTIFY_JOBS_SCHEDULED_SHARDED)
         self._subscriber = ShardedSubscriber(
             self._commands,
             self._deliver,
@@ -138,6 +153,18 @@ class RedisClusterTransport(ChannelNotifyAdapter):
             address=address,
             channel_name=_kind_prefix,
             listener=SharedListener(self._subscriber.subscribe, self._subscriber.unsubscribe),
+        )
+
+    def wake_lists(self, consumer_timeout: float) -> RedisWakeLists:
+        """Lists mode on this cluster: keys hash-tagged per type, commands through the
+        cluster client, one blocking connection per slot holding listened types."""
+        return RedisWakeLists(
+            self._commands,
+            ClusterPlacement(self._commands),
+            prefix=self._prefix,
+            address=self._address,
+            ready=self._ready,
+            consumer_timeout=consumer_timeout,
         )
 
     @property
@@ -162,7 +189,7 @@ class RedisClusterTransport(ChannelNotifyAdapter):
                     for script in (
                         PROVIDE_WAKE_HINT,
                         CONSUME_WAKE_HINT,
-                        _NOTIFY_JOBS_SCHEDULED_SHARDED,
+                        NOTIFY_JOBS_SCHEDULED_SHARDED,
                     ):
                         await self._commands.script_load(script)
             except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
@@ -216,33 +243,15 @@ class RedisClusterTransport(ChannelNotifyAdapter):
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
         """Provide every budget, then announce every type: one script per hash slot,
         all sent at once. Types with a count of 0 are skipped."""
-        # Every name and count is checked before anything is sent.
-        scheduled = {
-            encode_payload("type name", name): count
-            for name, count in counts.items()
-            if check_count(count) > 0
-        }
+        calls = scheduled_by_slot(self._prefix, counts)
         await self._ready()
-        by_slot: dict[int, tuple[list[str], list[str | int]]] = {}
-        for type_name, count in scheduled.items():
-            key = cluster_hint_key(self._prefix, type_name)
-            keys, args = by_slot.setdefault(key_slot(key.encode()), ([], [HINT_TTL_SECONDS]))
-            keys.append(key)
-            args += [self._channel(self._sched, type_name), type_name, count]
-        results = await asyncio.gather(
-            *(self._schedule_script(keys=keys, args=args) for keys, args in by_slot.values()),
-            return_exceptions=True,
-        )
-        # Every script ran (or failed) before we raise: nothing is left in flight.
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        await all_at_once([self._schedule_script(keys=keys, args=args) for keys, args in calls])
 
     # -- delivery --------------------------------------------------------------
 
     def _channel(self, base: str, value: str) -> str:
         """A channel per type, chain or job, hash-tagged by ``value`` (see :func:`cluster_name`)."""
-        return base + _hash_tag(value)
+        return base + hash_tag(value)
 
     async def _publish(self, messages: list[tuple[str, str]]) -> None:
         await self._ready()

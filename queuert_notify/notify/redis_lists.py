@@ -1,6 +1,8 @@
 """Durable wake tokens on Redis lists: the ``wake="lists"`` mode of ``RedisNotifyAdapter``.
 
-The reliable-queue pattern applied to wakeups. Wire layout (``{t}`` is a type name):
+The reliable-queue pattern applied to wakeups. Wire layout (``{t}`` is a type name;
+on a Redis Cluster it is the type as a hash tag, ``{<type>}`` with literal braces,
+so every key of one type lives in one slot):
 
 =======================================  ============  ==================================
 key                                      type          holds
@@ -17,17 +19,22 @@ key                                      type          holds
 =======================================  ============  ==================================
 
 - ``notify_jobs_scheduled(counts)`` pushes ``counts[t]`` tokens per type in one script
-  (``lua/push_wake_tokens.lua``); nothing is published. One token wakes one consumer.
-- A listening adapter is one *consumer*: it blocks on ONE dedicated connection for all
-  its types (``BLMOVE`` into its processing list for one type: atomic; ``BLMPOP`` then
-  ``RPUSH`` for several), and calls the type's callbacks once per token.
+  (``lua/push_wake_tokens.lua``) per *lane*, all sent at once; nothing is published.
+  One token wakes one consumer. A lane is the types whose keys share a hash slot:
+  every type on one server, the types of one slot on a cluster
+  (:mod:`~queuert_notify.notify.redis_lists_lines`).
+- A listening adapter is one *consumer*: per lane it blocks on ONE dedicated
+  connection for all the lane's types (``BLMOVE`` into its processing list for one
+  type: atomic; ``BLMPOP`` then ``RPUSH`` for several), and calls the type's
+  callbacks once per token. On a cluster that is one blocking connection per slot
+  holding its types, to the master serving the slot, following it when it moves.
 - A worker consumes the token (``consume_wake_hint``, no round trip), claims, then
   calls ``acknowledge_wakes``: the token leaves the processing list (``LREM``). The
   worker also reports its free slots there; no token is moved for a listener with
   none free (a token that arrives anyway goes straight back to the head of its list).
 - Heartbeat and reaper: every ``consumer_timeout / 3`` the consumer renews its score in
-  each type's consumer set and, in the same atomic script, returns the processing
-  lists of consumers whose score passed to the head of the token lists
+  each type's consumer set and, in the same atomic script (one per lane), returns the
+  processing lists of consumers whose score passed to the head of the token lists
   (``lua/wake_heartbeat.lua``): a worker killed holding a token wakes another within
   ``consumer_timeout`` plus one beat.
 - Stale tokens (whose job another worker claimed by polling) cost at most one empty
@@ -43,21 +50,31 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
-from queuert_notify.notify.payloads import check_count, decode_text, encode_payload
+from queuert_notify.notify.payloads import decode_text, encode_payload, scheduled_counts
 from queuert_notify.notify.protocol import (
     HINT_TTL_SECONDS,
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
 )
+from queuert_notify.notify.redis_lists_lines import (
+    BLOCK_TIMEOUT,
+    BlockingLine,
+    LaneKeys,
+    ListsPlacement,
+)
 from queuert_notify.notify.redis_shared import (
     PUSH_WAKE_TOKENS,
     RETURN_WAKE_TOKENS,
     TAKE_WAKE_TOKEN,
     WAKE_HEARTBEAT,
+    ScriptCall,
+    all_at_once,
     consumers_key,
     issued_key,
     processing_key,
@@ -73,13 +90,38 @@ TOKEN_CAP = 10_000
 consumers that find it empty wake anyway until the marker expires (60 s)."""
 DEFAULT_CONSUMER_TIMEOUT = 10.0
 """Seconds without a heartbeat after which a consumer's moved tokens are returned."""
-BLOCK_TIMEOUT = 5.0
-"""Seconds one blocking move waits before it is sent again (a liveness check)."""
 
 _TOKEN = "1"
 _IN_FLIGHT_WAIT = 1.0  # seconds consume waits for a token its own blocking move took
-_STOP_GRACE = 2.0  # seconds the loops get to stop before they are cancelled
+_STOP_GRACE = 2.0  # seconds a loop gets to stop before it is cancelled
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
+
+
+def token_pushes(prefix: str, counts: Mapping[str, int], keys: LaneKeys) -> list[ScriptCall]:
+    """The calls of ``push_wake_tokens.lua`` adding ``counts[t]`` tokens for every type
+    ``t``: one per lane involved (none for no count above 0). Every name and count is
+    checked first (``InvalidInputError``)."""
+    by_lane: dict[int, ScriptCall] = {}
+    for name, count in scheduled_counts(counts).items():
+        tag = keys.tag(name)
+        tokens = token_list_key(prefix, tag)
+        call_keys, args = by_lane.setdefault(keys.lane(tokens), ([], [HINT_TTL_SECONDS, TOKEN_CAP]))
+        call_keys += [tokens, issued_key(prefix, tag)]
+        args.append(count)
+    return list(by_lane.values())
+
+
+@dataclass(eq=False)
+class _Lane:
+    """Types whose keys share a slot (every type, on one server), the connection one
+    blocking command waits on them with, and the loop sending it."""
+
+    key: int
+    line: BlockingLine
+    types: list[str] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    client_id: int | None = None  # of the line's connection, to unblock it
 
 
 class RedisWakeLists:
@@ -90,13 +132,14 @@ class RedisWakeLists:
     moment, either *held* (announced to callbacks, not consumed), *granted* (consumed
     by ``consume_wake_hint``, not acknowledged) or on its way back to its token list;
     held plus granted tokens never exceed the free slots listeners reported (no report
-    yet: unbounded); a killed consumer's tokens go back once its heartbeat lapses.
+    yet: unbounded), over all lanes; a killed consumer's tokens go back once its
+    heartbeat lapses; a script call or blocking command names keys of one lane only.
     """
 
     def __init__(
         self,
-        commands: Redis,
-        blocking: Redis,
+        commands: Redis | RedisCluster,
+        placement: ListsPlacement,
         *,
         prefix: str,
         address: str,
@@ -104,27 +147,26 @@ class RedisWakeLists:
         consumer_timeout: float,
     ) -> None:
         self._commands = commands
-        self._blocking = blocking
+        self._placement = placement
         self._prefix = prefix
         self._address = address
         self._ready = ready
         self._timeout = consumer_timeout
         self.consumer = uuid.uuid4().hex[:16]
         self._listener = SharedListener(self._start_type, self._stop_type)
-        self._types: list[str] = []
+        self._lanes: dict[int, _Lane] = {}
+        self._lane_of: dict[str, _Lane] = {}  # by type listened to
         self._held: Counter[str] = Counter()
         self._granted: Counter[str] = Counter()
         self._registered: Counter[TypeNameCallback] = Counter()
         self._free: dict[TypeNameCallback, int] = {}
         self._changed = asyncio.Event()
-        self._blocker: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
+        self._heart_stop = asyncio.Event()
         self._arrival = asyncio.Event()
-        self._client_id: int | None = None  # of the blocking connection, to unblock it
         self._reconnect_callbacks: dict[int, SignalCallback] = {}
         self._next_callback_id = 0
-        self._lost = False
+        self._lost: set[int] = set()  # lanes whose connection is lost, not yet restored
         self._closed = False
         self._push = commands.register_script(PUSH_WAKE_TOKENS)
         self._take = commands.register_script(TAKE_WAKE_TOKEN)
@@ -142,19 +184,12 @@ class RedisWakeLists:
         await self.notify_jobs_scheduled({type_name: count})
 
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
-        """Push every type's tokens in one script, one round trip; 0 counts are skipped."""
-        scheduled = {
-            encode_payload("type name", name): count
-            for name, count in counts.items()
-            if check_count(count) > 0
-        }
+        """Push every type's tokens: one script per lane, all sent at once (one round
+        trip of wall time); 0 counts are skipped."""
+        calls = token_pushes(self._prefix, counts, self._placement)
         await self._ready()
-        if not scheduled:
-            return
-        keys: list[str] = []
-        for name in scheduled:
-            keys += [token_list_key(self._prefix, name), issued_key(self._prefix, name)]
-        await self._push(keys=keys, args=[HINT_TTL_SECONDS, TOKEN_CAP, *scheduled.values()])
+        if calls:
+            await all_at_once([self._push(keys=keys, args=args) for keys, args in calls])
 
     # -- consuming -------------------------------------------------------------------
 
@@ -169,9 +204,10 @@ class RedisWakeLists:
             self._held[key] -= 1
             self._granted[key] += 1
             return True
-        keys = [token_list_key(self._prefix, key), issued_key(self._prefix, key)]
-        if key in self._types:
-            keys.append(processing_key(self._prefix, key, self.consumer))
+        tag = self._placement.tag(key)
+        keys = [token_list_key(self._prefix, tag), issued_key(self._prefix, tag)]
+        if key in self._lane_of:
+            keys.append(processing_key(self._prefix, tag, self.consumer))
         code, moved = (int(n) for n in await self._take(keys=keys, args=[HINT_TTL_SECONDS]))
         if code == 2:
             self._granted[key] += 1
@@ -198,7 +234,7 @@ class RedisWakeLists:
         """Remove every granted token from the processing lists (the claim they woke is
         done) and record that ``callback``'s listener has ``free_slots`` free."""
         if callback in self._registered:
-            # Recorded first: the blocking loop follows the worker's slots even while
+            # Recorded first: the blocking loops follow the worker's slots even while
             # Redis is unreachable.
             self._free[callback] = max(free_slots, 0)
         self._changed.set()
@@ -207,7 +243,7 @@ class RedisWakeLists:
         if granted:
             async with self._commands.pipeline(transaction=False) as pipe:
                 for type_name, count in granted.items():
-                    pipe.lrem(processing_key(self._prefix, type_name, self.consumer), count, _TOKEN)
+                    pipe.lrem(self._processing(type_name), count, _TOKEN)
                 await pipe.execute()
         await self._return_surplus()
 
@@ -247,8 +283,8 @@ class RedisWakeLists:
         return unsubscribe_all
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
-        """Run ``callback`` when the blocking connection was lost or restored (tokens
-        may have been lost with a restarted server: poll now)."""
+        """Run ``callback`` when a blocking connection was lost or every one restored
+        (tokens may have been lost with a restarted server: poll now)."""
         callback_id = self._next_callback_id
         self._next_callback_id += 1
         self._reconnect_callbacks[callback_id] = callback
@@ -260,14 +296,22 @@ class RedisWakeLists:
 
     async def close(self) -> None:
         """Stop moving tokens, give back every token this consumer holds, leave the
-        consumer sets; idempotent. The blocking client is closed (always ours)."""
+        consumer sets; idempotent. The blocking connections are closed (always ours)."""
         if self._closed:
             return
         self._closed = True
-        await self._stop_tasks()
-        await self._listener.dispose()
-        self._reconnect_callbacks.clear()
-        await self._blocking.aclose(close_connection_pool=True)
+        lanes = list(self._lanes.values())
+        try:
+            await asyncio.gather(*(self._stop_lane(lane) for lane in lanes))
+            await self._stop_heart()
+            await self._listener.dispose()
+        finally:
+            # Also when the caller's close timeout cut the give-backs short (a master
+            # down): no connection outlives close().
+            self._reconnect_callbacks.clear()
+            for lane in lanes:
+                await lane.line.close()
+            self._lanes.clear()
 
     # -- the consumer ----------------------------------------------------------------
 
@@ -275,22 +319,40 @@ class RedisWakeLists:
         """Register this consumer on ``type_name`` (so a reaper knows its processing
         list) before any token can be moved there, then block on it too."""
         await self._beat(keys=self._beat_keys([type_name]), args=self._beat_args([type_name]))
-        self._types.append(type_name)
-        await self._restart()
+        tokens = self._tokens(type_name)
+        key = self._placement.lane(tokens)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(key, self._placement.line(tokens))
+        lane.types.append(type_name)
+        self._lane_of[type_name] = lane
+        await self._restart(lane)
+        if self._heart is None:
+            stop = self._heart_stop = asyncio.Event()
+            self._heart = asyncio.create_task(
+                self._heartbeat_loop(stop), name=f"queuert-notify wake heartbeat {self._prefix}"
+            )
 
     async def _stop_type(self, type_name: str) -> None:
-        if type_name in self._types:
-            self._types.remove(type_name)
-        if not self._closed:
-            await self._restart()
+        lane = self._lane_of.pop(type_name, None)
+        if lane is not None and type_name in lane.types:
+            lane.types.remove(type_name)
+            if not self._closed:
+                await self._restart(lane)
+                if not lane.types:
+                    del self._lanes[lane.key]
+                    self._lost.discard(lane.key)
+                    await lane.line.close()
+                if not self._lanes:
+                    await self._stop_heart()
         self._held.pop(type_name, None)
         self._granted.pop(type_name, None)
         try:
             await self._give_back(
                 keys=[
-                    processing_key(self._prefix, type_name, self.consumer),
-                    token_list_key(self._prefix, type_name),
-                    consumers_key(self._prefix, type_name),
+                    self._processing(type_name),
+                    self._tokens(type_name),
+                    self._consumers(type_name),
                 ],
                 args=[0, self.consumer, HINT_TTL_SECONDS],
             )
@@ -301,55 +363,55 @@ class RedisWakeLists:
                 extra={"address": self._address, "type_name": type_name, "error": repr(exc)},
             )
 
-    async def _restart(self) -> None:
-        """Restart the blocking loop on the current types (and the heartbeat)."""
-        await self._stop_tasks()
-        if self._types and not self._closed:
-            stop = self._stop = asyncio.Event()
-            self._blocker = asyncio.create_task(
-                self._block_loop(stop), name=f"queuert-notify wake lists {self._prefix}"
-            )
-            self._heart = asyncio.create_task(
-                self._heartbeat_loop(stop), name=f"queuert-notify wake heartbeat {self._prefix}"
+    async def _restart(self, lane: _Lane) -> None:
+        """Restart the lane's blocking loop on its current types."""
+        await self._stop_lane(lane)
+        if lane.types and not self._closed:
+            stop = lane.stop = asyncio.Event()
+            lane.task = asyncio.create_task(
+                self._block_loop(lane, stop), name=f"queuert-notify wake lists {self._prefix}"
             )
 
-    async def _stop_tasks(self) -> None:
-        """Stop both loops. Cooperatively: redis-py may hold (or swallow) the cancellation
-        of a command it is reading, so the loops are told to stop and the blocking
-        command is ended by ``CLIENT UNBLOCK``; cancelling is the fallback."""
-        tasks = [task for task in (self._blocker, self._heart) if task is not None]
-        self._blocker = self._heart = None
-        if not tasks:
+    async def _stop_lane(self, lane: _Lane) -> None:
+        """Stop the lane's loop. Cooperatively: redis-py may hold (or swallow) the
+        cancellation of a command it is reading, so the loop is told to stop and the
+        blocking command is ended by ``CLIENT UNBLOCK``; cancelling is the fallback."""
+        task, lane.task = lane.task, None
+        if task is None:
             return
-        self._stop.set()
+        lane.stop.set()
         self._changed.set()
-        pending = set(tasks)
         deadline = asyncio.get_running_loop().time() + _STOP_GRACE
-        while pending and asyncio.get_running_loop().time() < deadline:
-            if self._client_id is not None:
+        while not task.done() and asyncio.get_running_loop().time() < deadline:
+            if lane.client_id is not None:
                 # Ends a blocking move at once, as if it had timed out; sent again in case
                 # the move reached the server after the first one.
                 with suppress(Exception):
-                    await self._commands.client_unblock(self._client_id)
-            _, pending = await asyncio.wait(pending, timeout=0.05)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+                    await lane.line.unblock(lane.client_id)
+            await asyncio.wait([task], timeout=0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
-    async def _block_loop(self, stop: asyncio.Event) -> None:
-        """Move tokens while listeners want them, until ``stop``; never dies of a lost
-        connection."""
+    async def _stop_heart(self) -> None:
+        task, self._heart = self._heart, None
+        if task is None:
+            return
+        self._heart_stop.set()
+        await asyncio.wait([task], timeout=_STOP_GRACE)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def _block_loop(self, lane: _Lane, stop: asyncio.Event) -> None:
+        """Move tokens of the lane's types while listeners want them, until ``stop``;
+        never dies of a lost connection."""
         backoff = Backoff(_BACKOFF_FIRST, _BACKOFF_MAX)
         synced = False
         while not stop.is_set():
             try:
                 if not synced:
-                    await self._sync()
+                    await self._sync(lane)
                     synced = True
-                if self._lost:
-                    self._lost = False
-                    logger.info("redis wake lists reconnected", extra={"address": self._address})
-                    self._fire_reconnect()
+                self._restored(lane)
                 if self._outstanding() >= self._demand():
                     self._changed.clear()
                     if not stop.is_set():  # set before _changed: no wakeup is lost
@@ -357,40 +419,35 @@ class RedisWakeLists:
                     continue
                 if stop.is_set():
                     return
-                type_name = await self._move_one()
+                type_name = await self._move_one(lane)
                 if type_name is not None:
                     await self._arrived(type_name)
             except Exception as exc:
                 if stop.is_set():
                     return  # the connection was closed to interrupt us
                 synced = False
-                if not self._lost:
-                    self._lost = True
-                    logger.warning(
-                        "redis wake lists lost the connection; reconnecting",
-                        extra={"address": self._address, "error": repr(exc)},
-                    )
-                    self._fire_reconnect()
+                lane.line.failed()
+                self._lose(lane, exc)
                 await backoff.sleep()
                 continue
             backoff.reset()
 
-    async def _move_one(self) -> str | None:
-        """Block until a token of one of our types is ours; its type, or None."""
-        types = list(self._types)
+    async def _move_one(self, lane: _Lane) -> str | None:
+        """Block until a token of one of the lane's types is ours; its type, or None."""
+        types = list(lane.types)
         if len(types) == 1:
             [type_name] = types
-            token = await self._blocking.execute_command(  # type: ignore[no-untyped-call]
+            token = await lane.line.call(
                 "BLMOVE",
-                token_list_key(self._prefix, type_name),
-                processing_key(self._prefix, type_name, self.consumer),
+                self._tokens(type_name),
+                self._processing(type_name),
                 "LEFT",
                 "RIGHT",
                 BLOCK_TIMEOUT,
             )
             return type_name if token is not None else None
-        by_key = {token_list_key(self._prefix, name): name for name in types}
-        reply = await self._blocking.execute_command(  # type: ignore[no-untyped-call]
+        by_key = {self._tokens(name): name for name in types}
+        reply = await lane.line.call(
             "BLMPOP", BLOCK_TIMEOUT, len(by_key), *by_key, "LEFT", "COUNT", 1
         )
         if not reply:
@@ -401,9 +458,7 @@ class RedisWakeLists:
         type_name = popped
         # Not atomic with the pop: a consumer killed during this one round trip loses
         # the token (its job is still found by a catch-up poll).
-        await self._blocking.rpush(
-            processing_key(self._prefix, type_name, self.consumer), *reply[1]
-        )
+        await lane.line.call("RPUSH", self._processing(type_name), *reply[1])
         return type_name
 
     async def _arrived(self, type_name: str) -> None:
@@ -416,18 +471,18 @@ class RedisWakeLists:
             return
         self._listener.dispatch(type_name, type_name, type_name)
 
-    async def _sync(self) -> None:
-        """Learn the blocking connection's id, re-register on every type and adopt
-        tokens in our processing lists we do not know of (moved while a blocking
-        command was being interrupted)."""
-        types = list(self._types)
+    async def _sync(self, lane: _Lane) -> None:
+        """Connect where the lane's keys live, learn the connection's id, re-register
+        on every type and adopt tokens in our processing lists we do not know of
+        (moved while a blocking command was being interrupted)."""
+        types = list(lane.types)
         if not types:
             return
-        self._client_id = int(await self._blocking.client_id())
+        lane.client_id = await lane.line.open()
         await self._beat(keys=self._beat_keys(types), args=self._beat_args(types))
         async with self._commands.pipeline(transaction=False) as pipe:
             for type_name in types:
-                pipe.llen(processing_key(self._prefix, type_name, self.consumer))
+                pipe.llen(self._processing(type_name))
             lengths = await pipe.execute()
         for type_name, length in zip(types, lengths, strict=True):
             unknown = int(length) - self._held[type_name] - self._granted[type_name]
@@ -447,33 +502,58 @@ class RedisWakeLists:
             surplus -= count
             await self._give_back(
                 keys=[
-                    processing_key(self._prefix, type_name, self.consumer),
-                    token_list_key(self._prefix, type_name),
-                    consumers_key(self._prefix, type_name),
+                    self._processing(type_name),
+                    self._tokens(type_name),
+                    self._consumers(type_name),
                 ],
                 args=[count, self.consumer, HINT_TTL_SECONDS],
             )
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
-        """Keep this consumer alive and return the tokens of dead ones, until ``stop``."""
+        """Keep this consumer alive and return the tokens of dead ones (one script per
+        lane, all at once), until ``stop``."""
         while True:
             with suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._timeout / 3)
             if stop.is_set():
                 return
-            types = list(self._types)
+            beats = [
+                self._beat(keys=self._beat_keys(types), args=self._beat_args(types))
+                for types in (list(lane.types) for lane in self._lanes.values())
+                if types
+            ]
             try:
-                returned = await self._beat(
-                    keys=self._beat_keys(types), args=self._beat_args(types)
-                )
+                returned = sum(int(n) for n in await all_at_once(beats))
             except Exception as exc:
                 logger.debug("wake heartbeat failed: %r", exc)
                 continue
             if returned:
                 logger.info(
                     "returned wake tokens of stopped consumers",
-                    extra={"address": self._address, "tokens": int(returned)},
+                    extra={"address": self._address, "tokens": returned},
                 )
+
+    # -- connection state --------------------------------------------------------------
+
+    def _lose(self, lane: _Lane, exc: Exception) -> None:
+        """The lane's connection failed: poll now (once for every lost lane at a time)."""
+        first = not self._lost
+        self._lost.add(lane.key)
+        if first:
+            logger.warning(
+                "redis wake lists lost the connection; reconnecting",
+                extra={"address": self._address, "error": repr(exc)},
+            )
+            self._fire_reconnect()
+
+    def _restored(self, lane: _Lane) -> None:
+        """The lane blocks again: poll now if it was the last one lost."""
+        if lane.key not in self._lost:
+            return
+        self._lost.discard(lane.key)
+        if not self._lost:
+            logger.info("redis wake lists reconnected", extra={"address": self._address})
+            self._fire_reconnect()
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -488,18 +568,24 @@ class RedisWakeLists:
             return math.inf
         return sum(self._free.values())
 
+    def _tokens(self, type_name: str) -> str:
+        return token_list_key(self._prefix, self._placement.tag(type_name))
+
+    def _processing(self, type_name: str, consumer: str | None = None) -> str:
+        tag = self._placement.tag(type_name)
+        return processing_key(self._prefix, tag, self.consumer if consumer is None else consumer)
+
+    def _consumers(self, type_name: str) -> str:
+        return consumers_key(self._prefix, self._placement.tag(type_name))
+
     def _beat_keys(self, types: Sequence[str]) -> list[str]:
         keys: list[str] = []
         for name in types:
-            keys += [
-                consumers_key(self._prefix, name),
-                token_list_key(self._prefix, name),
-                processing_key(self._prefix, name, self.consumer),
-            ]
+            keys += [self._consumers(name), self._tokens(name), self._processing(name)]
         return keys
 
     def _beat_args(self, types: Sequence[str]) -> list[str | int]:
-        prefixes = [processing_key(self._prefix, name, "") for name in types]
+        prefixes = [self._processing(name, "") for name in types]
         return [self.consumer, int(self._timeout * 1000), HINT_TTL_SECONDS, *prefixes]
 
     def _fire_reconnect(self) -> None:

@@ -25,7 +25,8 @@ from queuert_notify.errors import ConfigurationError, mask_url
 from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import check_count, decode_text, encode_payload
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis_lists import BLOCK_TIMEOUT, RedisWakeLists
+from queuert_notify.notify.redis_lists import RedisWakeLists
+from queuert_notify.notify.redis_lists_lines import SOCKET_TIMEOUT, ServerPlacement
 from queuert_notify.notify.redis_shared import (
     CONSUME_WAKE_HINT,
     NOTIFY_JOBS_SCHEDULED,
@@ -91,15 +92,13 @@ class RedisServerTransport(ChannelNotifyAdapter):
         self._lost = False  # the reader lost the subscriber connection, not yet restored
 
     def wake_lists(self, consumer_timeout: float) -> RedisWakeLists:
-        """Lists mode on this server: the command client, plus a blocking client of its
-        own (one connection, never shared with commands or the subscriber)."""
+        """Lists mode on this server: the command client, plus a blocking connection of
+        its own (never shared with commands or the subscriber)."""
         pool = _copy_pool(self._commands.connection_pool)
-        # A blocking move waits BLOCK_TIMEOUT on the server; the socket must wait longer.
-        pool.connection_kwargs.update(socket_timeout=BLOCK_TIMEOUT + 5.0)
+        pool.connection_kwargs.update(socket_timeout=SOCKET_TIMEOUT)
         return RedisWakeLists(
             self._commands,
-            # One connection: its client id is what CLIENT UNBLOCK interrupts.
-            Redis(connection_pool=pool, single_connection_client=True),
+            ServerPlacement(self._commands, pool),
             prefix=self._prefix,
             address=self._address,
             ready=self._ready_to_send,

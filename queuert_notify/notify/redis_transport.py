@@ -11,9 +11,12 @@ the transport itself or, with ``wake="lists"``,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from queuert_notify.notify.protocol import SignalCallback, TypeNameCallback, Unsubscribe
+
+if TYPE_CHECKING:
+    from queuert_notify.notify.redis_lists import RedisWakeLists
 
 
 class RedisWakes(Protocol):
@@ -67,6 +70,10 @@ class RedisTransport(RedisWakes, Protocol):
     ) -> Unsubscribe: ...
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe: ...
+
+    def wake_lists(self, consumer_timeout: float) -> RedisWakeLists:
+        """The ``wake="lists"`` tokens on the same Redis, sharing the command client."""
+        ...
 
 
 class RedisTransportFactory(Protocol):

@@ -363,7 +363,7 @@ class _NodeSubscriber:
         # SUNSUBSCRIBEs we sent whose confirmation has not arrived, by channel.
         self.unsubscribing: Counter[str] = Counter()
         self._owner = owner
-        self._pool = _node_pool(node)
+        self._pool = node_pool(node)
         self._pubsub = PubSub(self._pool)
         self._reader: asyncio.Task[None] | None = None
 
@@ -424,14 +424,16 @@ class _NodeSubscriber:
         await self._pool.aclose()
 
 
-def _node_pool(node: ClusterNode) -> ConnectionPool:
-    """A pool of our own reaching ``node`` with the cluster client's credentials and
-    TLS settings, returning raw bytes (payloads are decoded and checked by the caller)."""
+def node_pool(node: ClusterNode, **overrides: Any) -> ConnectionPool:
+    """A pool of one connection of our own reaching ``node`` with the cluster client's
+    credentials and TLS settings, returning raw bytes (payloads are decoded and checked
+    by the caller); ``overrides`` replace connection settings (a socket timeout)."""
     kwargs = {
         key: value
         for key, value in node.connection_kwargs.items()
         if key not in _NODE_INTERNAL_KWARGS and "maint" not in key and not key.startswith("orig_")
     }
+    kwargs.update(overrides)
     return ConnectionPool(
         connection_class=node.connection_class,
         max_connections=1,

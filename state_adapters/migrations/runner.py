@@ -25,6 +25,10 @@ from state_adapters.errors import ConfigurationError
 from state_adapters.schema import Tables
 
 SCRIPT_LOCATION = "state_adapters:migrations"
+TABLES_REVISION = "0005"
+"""The newest revision that changed the tables (keep it so): adopted tables that match
+the newest schema are stamped with it, then the later revisions run (0006: the
+Postgres function of limited claims)."""
 
 
 def config_for(connection: Connection, tables: Tables) -> Config:
@@ -42,8 +46,9 @@ def upgrade(connection: Connection, tables: Tables, *, adopt: bool = False) -> N
 
     Queue tables that exist without the version table raise
     :class:`ConfigurationError`, unless ``adopt``: then, if they match the newest
-    revision exactly, the version table is created and stamped with it and nothing
-    else changes; if they differ, the differences are the error.
+    revision exactly, the version table is created and stamped with
+    :data:`TABLES_REVISION`, and the revisions after it add what is not a table (no
+    table changes); if they differ, the differences are the error.
     """
     config = config_for(connection, tables)
     db = inspect(connection)
@@ -65,8 +70,8 @@ def upgrade(connection: Connection, tables: Tables, *, adopt: bool = False) -> N
                     f"cannot adopt the queue's tables: they differ from this version's "
                     f"schema ({'; '.join(differences)}); bring them in line first"
                 )
-            command.stamp(config, "head")
-            return
+            # The later revisions add what tables do not show (Postgres functions).
+            command.stamp(config, TABLES_REVISION)
     command.upgrade(config, "head")
 
 

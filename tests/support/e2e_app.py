@@ -2,7 +2,8 @@
 ``python -m queuert_notify.cli worker tests.support.e2e_app:build_worker``.
 
 Configured through the environment (``QT_*``; wakeups from Redis with
-``QT_REDIS_URL``/``QT_REDIS_PREFIX`` (``QT_REDIS_WAKE=lists``: list tokens), from Postgres
+``QT_REDIS_URL``/``QT_REDIS_PREFIX`` (``QT_REDIS_WAKE=lists``: list tokens;
+``QT_REDIS_CLUSTER=1``: the URL is a Redis Cluster node's), from Postgres
 with ``QT_POSTGRES_NOTIFY=prefix``).
 Its ``effect`` handler records one row per run in an application table through
 ``ctx.session`` (atomic mode, the default), so
@@ -59,6 +60,7 @@ def _notify() -> NotifyAdapter:
             url=redis_url,
             prefix=os.environ["QT_REDIS_PREFIX"],
             wake="lists" if os.environ.get("QT_REDIS_WAKE") == "lists" else "pubsub",
+            cluster=os.environ.get("QT_REDIS_CLUSTER") == "1",
             consumer_timeout=float(os.environ.get("QT_CONSUMER_TIMEOUT", "10")),
         )
         return adapter

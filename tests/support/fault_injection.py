@@ -8,12 +8,13 @@ method in the same order; which operation a call belongs to still depends on tim
 from __future__ import annotations
 
 import random
+import sqlite3
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, event
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify.notify.protocol import (
     NotifyAdapter,
@@ -152,51 +153,63 @@ _DISCONNECT_MESSAGES = {
 }
 
 
-def inject_statement_faults(engine: AsyncEngine, schedule: FaultSchedule) -> Callable[[], None]:
-    """Drop the connection under a statement on ``engine`` when ``schedule`` says so:
-    the driver connection is closed and the driver's own ``OperationalError`` raised,
-    so SQLAlchemy sees a disconnect and invalidates the connection as it does when the
-    server goes away. The statement never reaches the server, so a failed statement
-    changed nothing. Returns a function that removes the hook.
+def faulty_engine(
+    database_url: str, schedule: FaultSchedule, **options: Any
+) -> tuple[AsyncEngine, Callable[[], None]]:
+    """An engine on ``database_url`` that drops the connection under a statement when
+    ``schedule`` says so: the driver connection is closed and the driver's own
+    ``OperationalError`` raised, so SQLAlchemy sees a disconnect and invalidates the
+    connection as it does when the server goes away. The statement never reaches the
+    server, so a failed statement changed nothing (and the transaction it was part of
+    is gone). Returns the engine and a function that stops the faults.
 
-    On SQLite a worker sends its claims and completions to the aiosqlite connection
-    itself (``state_adapters/sqlite_driver.py``), past the engine's events: those
-    statements are failed at the driver's ``execute_fetchall`` and ``executemany``."""
+    On SQLite the adapter's own transactions run on the sqlite3 connection itself, in
+    the aiosqlite thread (``state_adapters/sqlite_driver.py``), past the engine's
+    events: the engine's connections are made by a ``sqlite3.Connection`` subclass
+    whose ``execute`` and ``executemany`` fail there, statement by statement."""
+    active = True
+
+    def fails() -> bool:
+        return active and schedule.fails("statement")
+
+    if database_url.startswith("sqlite"):
+        options.setdefault("connect_args", {})["factory"] = _faulty_sqlite(fails)
+    engine = create_async_engine(database_url, **options)
     dbapi = engine.dialect.loaded_dbapi
     message = _DISCONNECT_MESSAGES[engine.dialect.name]
     sync_engine = engine.sync_engine
-    active = True
 
     def before_cursor_execute(connection: Connection, *args: Any) -> None:
-        if schedule.fails("statement"):
+        if fails():
             connection.connection.dbapi_connection.close()  # type: ignore[union-attr]
             raise dbapi.OperationalError(message)
-
-    def checkout(dbapi_connection: Any, *args: Any) -> None:
-        driver = dbapi_connection.driver_connection
-        if getattr(driver, "_faults_injected", False):
-            return
-        driver._faults_injected = True
-        for name in ("execute_fetchall", "executemany"):
-            setattr(driver, name, faulty(driver, getattr(driver, name)))
-
-    def faulty(driver: Any, call: Callable[..., Any]) -> Callable[..., Any]:
-        async def maybe_fail(*args: Any, **kwargs: Any) -> Any:
-            if active and schedule.fails("statement"):
-                await driver.close()
-                raise dbapi.OperationalError(message)
-            return await call(*args, **kwargs)
-
-        return maybe_fail
 
     def remove() -> None:
         nonlocal active
         active = False
         event.remove(sync_engine, "before_cursor_execute", before_cursor_execute)
-        if engine.dialect.name == "sqlite":
-            event.remove(sync_engine, "checkout", checkout)
 
     event.listen(sync_engine, "before_cursor_execute", before_cursor_execute)
-    if engine.dialect.name == "sqlite":
-        event.listen(sync_engine, "checkout", checkout)
-    return remove
+    return engine, remove
+
+
+def _faulty_sqlite(fails: Callable[[], bool]) -> type[sqlite3.Connection]:
+    message = _DISCONNECT_MESSAGES["sqlite"]
+
+    class FaultySqlite(sqlite3.Connection):
+        """Closes itself and fails, in the thread that runs the statement."""
+
+        def execute(self, *args: Any) -> sqlite3.Cursor:
+            self._maybe_fail()
+            return super().execute(*args)
+
+        def executemany(self, *args: Any) -> sqlite3.Cursor:
+            self._maybe_fail()
+            return super().executemany(*args)
+
+        def _maybe_fail(self) -> None:
+            if fails():
+                self.close()
+                raise sqlite3.OperationalError(message)
+
+    return FaultySqlite

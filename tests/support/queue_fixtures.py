@@ -9,11 +9,12 @@ A module uses them with ``pytest_plugins = ["tests.support.queue_fixtures"]``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify.client import Client
@@ -78,3 +79,14 @@ async def notify(
 async def client(state: Any, notify: NotifyAdapter) -> AsyncIterator[Client]:
     async with Client(state=state, notify=notify) as client:
         yield client
+
+
+@pytest.fixture
+def sync_engine(database_url: str, state: Any) -> Iterator[Engine]:
+    """A sync engine (for ``SyncClient``) on the test's database, whose queue tables
+    ``state`` migrated."""
+    engine = create_engine(database_url.replace("+aiosqlite", ""))
+    try:
+        yield engine
+    finally:
+        engine.dispose()

@@ -24,12 +24,29 @@ from queuert_notify import (
 )
 from queuert_notify.notify.nats import default_bucket
 from queuert_notify.notify.protocol import NotifyAdapter
+from queuert_notify.notify.redis import WakeMode
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_helpers import delete_prefix
 
 STATE_KINDS = ["sqlite", "postgres"]
-NOTIFY_KINDS = ["noop", "in_process", "redis", "redis_lists", "postgres", "nats", "redis_cluster"]
-HINTED_NOTIFY_KINDS = ["in_process", "redis", "redis_lists", "nats", "redis_cluster"]
+NOTIFY_KINDS = [
+    "noop",
+    "in_process",
+    "redis",
+    "redis_lists",
+    "postgres",
+    "nats",
+    "redis_cluster",
+    "redis_cluster_lists",
+]
+HINTED_NOTIFY_KINDS = [
+    "in_process",
+    "redis",
+    "redis_lists",
+    "nats",
+    "redis_cluster",
+    "redis_cluster_lists",
+]
 """Kinds that keep wake budgets: N new jobs wake N idle workers, not every one."""
 SHARED_NOTIFY_KINDS = ["noop", "in_process"]
 """In-memory kinds: every client of a test must share one instance to hear the others."""
@@ -48,9 +65,10 @@ def make_notify(notify_kind: str, request: pytest.FixtureRequest, prefix: str) -
         return RedisNotifyAdapter(
             url=request.getfixturevalue("redis_url"), prefix=prefix, wake="lists"
         )
-    if notify_kind == "redis_cluster":
+    if notify_kind in ("redis_cluster", "redis_cluster_lists"):
         cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
-        return RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True)
+        wake: WakeMode = "lists" if notify_kind == "redis_cluster_lists" else "pubsub"
+        return RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True, wake=wake)
     if notify_kind == "postgres":
         return PostgresNotifyAdapter(request.getfixturevalue("postgres_url"), prefix=prefix)
     if notify_kind == "nats":
@@ -65,7 +83,7 @@ async def delete_notify_state(
     (wake budgets); channels and subjects hold nothing once unsubscribed."""
     if notify_kind in ("redis", "redis_lists"):
         await delete_prefix(request.getfixturevalue("redis_url"), prefix)
-    elif notify_kind == "redis_cluster":
+    elif notify_kind in ("redis_cluster", "redis_cluster_lists"):
         cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
         await asyncio.to_thread(cluster.delete_prefix, prefix)
     elif notify_kind == "nats":
@@ -90,6 +108,8 @@ async def drop_tables(engine: AsyncEngine, table_prefix: str) -> None:
         metadata = MetaData()
         metadata.reflect(sync_conn, only=lambda name, _: name.startswith(table_prefix))
         metadata.drop_all(sync_conn)
+        if sync_conn.dialect.name == "postgresql":  # migration 0006's function
+            sync_conn.exec_driver_sql(f'DROP FUNCTION IF EXISTS "{table_prefix}claim_limited"')
 
     for attempt in range(5):
         try:

@@ -18,7 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,6 +214,18 @@ class LocalRedisCluster:
         """The port of the master serving the slot of key or shard channel ``name``."""
         return self.slot_owner(key_slot(name.encode()))
 
+    def name_on(self, port: int, key_of: Callable[[str], str], skip: int = 0) -> str:
+        """A type name ("type-N") whose key ``key_of(name)`` lives on master ``port``;
+        ``skip`` passes over that many such names first."""
+        index = 0
+        while True:
+            name = f"type-{index}"
+            index += 1
+            if self.owner_of(key_of(name)) == port:
+                if skip == 0:
+                    return name
+                skip -= 1
+
     def masters(self) -> list[int]:
         """Ports of the masters that serve at least one slot."""
         return sorted({int(entry[2][1]) for entry in self._cluster_slots()})
@@ -248,6 +260,15 @@ class LocalRedisCluster:
         """Client connections of node ``port`` subscribed to at least one shard channel."""
         with self.node(port).client() as client:
             return sum(1 for entry in client.client_list() if int(entry.get("ssub", 0)) > 0)
+
+    def blocked_movers(self, port: int) -> int:
+        """Client connections of node ``port`` blocked in ``BLMOVE``/``BLMPOP`` right now."""
+        with self.node(port).client() as client:
+            return sum(
+                1
+                for entry in client.client_list()
+                if entry.get("cmd") in ("blmove", "blmpop") and "b" in str(entry.get("flags"))
+            )
 
     # -- faults ------------------------------------------------------------------
 
@@ -291,6 +312,16 @@ class LocalRedisCluster:
         self.wait_settled()
         assert replica in self.masters(), f"replica {replica} did not take over from {dead_master}"
         return replica
+
+    def settle(self, prefix: str) -> None:
+        """Undo a fault test: resume paused nodes, restart killed ones (a former master
+        rejoins as a replica), delete the test's keys."""
+        for node in self.nodes:
+            if node.paused:
+                self.resume(node.port)
+            if not node.alive:
+                self.restart(node.port)
+        self.delete_prefix(prefix)
 
     def restart(self, port: int) -> None:
         """Start a killed node again with its config: it rejoins (a former master as replica)."""

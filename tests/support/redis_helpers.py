@@ -1,13 +1,16 @@
 """Redis helpers for tests: clean up only the keys a test's own prefix created; wait
-for subscribers the server itself counts."""
+for subscribers the server itself counts; publish as ``SyncClient`` does."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+
+from queuert_notify import RedisNotifyAdapter
+from state_adapters.notifications import NotificationBuffer
 
 
 async def delete_prefix(url: str, prefix: str) -> None:
@@ -64,3 +67,20 @@ async def kill_subscribers(url: str, client_name: str) -> None:
             await admin.client_kill_filter(_id=client["id"])
     finally:
         await admin.aclose()
+
+
+async def publish_blocking(notify: RedisNotifyAdapter, type_names: Sequence[str]) -> None:
+    """Announce one job of each of ``type_names`` the way ``SyncClient``'s sender thread
+    does: through ``notify``'s blocking publisher, on a thread of its own."""
+    notes = NotificationBuffer()
+    for type_name in type_names:
+        notes.job_scheduled(type_name)
+    publisher = notify.blocking_publisher()
+
+    def publish() -> None:
+        try:
+            publisher.publish(notes)
+        finally:
+            publisher.close()
+
+    await asyncio.to_thread(publish)

@@ -10,6 +10,7 @@ import pytest
 
 from queuert_notify.errors import InvalidInputError
 from queuert_notify.testing.state_cases.support import claim, claim_one, complete, start, token
+from state_adapters.limited_claims import RATE_STEPS
 from state_adapters.model import Completion, ContinueWith, NewJob, TypeLimits
 from state_adapters.notifications import NotificationBuffer
 
@@ -99,13 +100,26 @@ class ControlsCases:
         first = await claim(state, limit=10)
         assert len(first) == 3
         assert await claim(state, limit=10) == []
-        # Held back by the rate: due again when the window frees, not before.
+        # Held back by the rate: due again when the window frees, not before (starts
+        # are recorded at the end of their step of per / RATE_STEPS).
         due = await state.next_due_at(["t"])
         assert due is not None
         wait = (due - datetime.now(UTC)).total_seconds()
-        assert 0 < wait <= 0.5
+        assert 0 < wait <= 0.5 + 0.5 / RATE_STEPS
         await asyncio.sleep(max(wait, 0) + 0.05)
         assert len(await claim(state, limit=10)) == 3
+
+    async def test_a_rate_added_to_a_type_limited_otherwise_holds(self, state: Any) -> None:
+        # The row was written with no rate (no window) and is then given one.
+        for _ in range(6):
+            await start(state, "t")
+        await _limits(state, concurrency=100)
+        assert len(await claim(state, limit=1)) == 1
+        await _limits(state, concurrency=100, rate=2, per_seconds=60)
+        assert len(await claim(state, limit=10)) == 2
+        assert await claim(state, limit=10) == []
+        await _limits(state, rate=3, per_seconds=60)
+        assert len(await claim(state, limit=10)) == 1
 
     async def test_none_lifts_a_limit(self, state: Any) -> None:
         for _ in range(4):

@@ -1,0 +1,117 @@
+"""Limited claims racing on separate engines (so on separate connections, at once):
+``concurrency`` and ``key_concurrency`` hold whatever the interleaving. On Postgres
+this is the proof that the one-statement claim (migration 0006's function) counts
+the running jobs after it holds the type's lock: a count on the snapshot the call
+started with would miss the claims committed while it waited, and claim past the cap.
+Also: a claim visits at most ``MAX_KEYS_VISITED`` keys, and the next one goes on from
+there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from state_adapters.model import Completion, NewChain, NewJob
+from state_adapters.notifications import NotificationBuffer
+from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+from tests.support.queue_helpers import STATE_KINDS
+
+pytest_plugins = ["tests.support.queue_fixtures"]
+pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+
+CLAIMERS = 6
+TOTAL = 240
+KEYS = 8
+
+
+@pytest.fixture
+async def claimers(database_url: str, table_prefix: str, state: Any) -> AsyncIterator[list[Any]]:
+    engines = [create_async_engine(database_url) for _ in range(CLAIMERS)]
+    try:
+        yield [SqlAlchemyStateAdapter(e, table_prefix=table_prefix) for e in engines]
+    finally:
+        for engine in engines:
+            await engine.dispose()
+
+
+async def _race(claimers: list[Any]) -> tuple[int, int]:
+    """Drain the type with every claimer at once; the most jobs held at one instant,
+    and the most of one key. A job counts from its claim's return until its completion
+    is sent, a subset of the time the database has it running: a count above a cap is
+    a claim the database let past it."""
+    held: dict[str, str | None] = {}
+    most = most_per_key = 0
+    done = 0
+
+    async def claim_loop(state: Any, name: str) -> None:
+        nonlocal most, most_per_key, done
+        while done < TOTAL:
+            jobs = await state.acquire(["t"], worker_id=name, lease_seconds=30, limit=2)
+            for job in jobs:
+                held[job.id] = job.concurrency_key
+            most = max(most, len(held))
+            most_per_key = max([most_per_key, *Counter(held.values()).values()])
+            await asyncio.sleep(0.003)  # hold the jobs while the others claim
+            for job in jobs:
+                del held[job.id]
+            if jobs:
+                await state.complete_jobs(
+                    [Completion(j.id, j.lease_token) for j in jobs], notes=NotificationBuffer()
+                )
+                done += len(jobs)
+
+    await asyncio.wait_for(
+        asyncio.gather(*(claim_loop(s, f"w{i}") for i, s in enumerate(claimers))), 120
+    )
+    return most, most_per_key
+
+
+async def test_racing_claimers_never_exceed_concurrency(state: Any, claimers: list[Any]) -> None:
+    await state.start_chains([NewChain(NewJob("t")) for _ in range(TOTAL)], notes=_notes())
+    await state.set_limits(
+        "t", concurrency=3, key_concurrency=None, rate=None, per_seconds=None, notes=_notes()
+    )
+    most, _ = await _race(claimers)
+    assert most == 3  # reached, never passed
+
+
+async def test_racing_claimers_never_exceed_key_concurrency(
+    state: Any, claimers: list[Any]
+) -> None:
+    jobs = [NewChain(NewJob("t", concurrency_key=f"k{n % KEYS}")) for n in range(TOTAL)]
+    await state.start_chains(jobs, notes=_notes())
+    await state.set_limits(
+        "t", concurrency=5, key_concurrency=1, rate=None, per_seconds=None, notes=_notes()
+    )
+    most, most_per_key = await _race(claimers)
+    assert most <= 5 and most_per_key == 1
+
+
+def _notes() -> NotificationBuffer:
+    return NotificationBuffer()
+
+
+async def test_a_claim_visits_at_most_max_keys_and_the_next_one_goes_on(
+    state: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bound as the SQLite walk and the Postgres function's caller read it.
+    monkeypatch.setattr("state_adapters.limited_claims.MAX_KEYS_VISITED", 3)
+    monkeypatch.setattr("state_adapters.postgres_statements.MAX_KEYS_VISITED", 3)
+    keys = [f"k{n}" for n in range(10)]
+    await state.start_chains(
+        [NewChain(NewJob("t", concurrency_key=k)) for k in keys], notes=_notes()
+    )
+    await state.set_limits(
+        "t", concurrency=None, key_concurrency=1, rate=None, per_seconds=None, notes=_notes()
+    )
+    served = []
+    for _ in range(4):
+        jobs = await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=10)
+        served.append(sorted(j.concurrency_key for j in jobs))
+    assert served == [keys[0:3], keys[3:6], keys[6:9], keys[9:]]

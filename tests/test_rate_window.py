@@ -1,0 +1,65 @@
+"""The stored rate window of a limited type: every start counted, in at most
+``RATE_STEPS + 1`` entries however many claims there were, never recorded before it
+happened (Postgres's function and SQLite's statements alike)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy import JSON, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from state_adapters.limited_claims import RATE_STEPS
+from state_adapters.model import NewChain, NewJob
+from state_adapters.notifications import NotificationBuffer
+from tests.support.queue_helpers import STATE_KINDS
+
+pytest_plugins = ["tests.support.queue_fixtures"]
+pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+
+
+async def test_the_window_keeps_every_start_in_few_entries(state: Any, engine: AsyncEngine) -> None:
+    claims = 300
+    await state.start_chains(
+        [NewChain(NewJob("t")) for _ in range(claims)], notes=NotificationBuffer()
+    )
+    await state.set_limits(
+        "t",
+        concurrency=None,
+        key_concurrency=None,
+        rate=100_000,
+        per_seconds=5.0,
+        notes=NotificationBuffer(),
+    )
+    began = time.time()
+    for _ in range(claims):
+        assert len(await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=1)) == 1
+    ended = time.time()
+    controls = state.tables.type_controls
+    async with engine.connect() as conn:
+        starts = (await conn.execute(select(controls.c.recent_starts))).scalar_one()
+    assert sum(count for _, count in starts) == claims
+    assert len(starts) <= min(claims, RATE_STEPS + 1)
+    instants = [instant for instant, _ in starts]
+    assert instants == sorted(instants)
+    # At the end of a step, never before the claim (clocks of one host; float slack).
+    step = 5.0 / RATE_STEPS
+    assert began - 1e-3 <= instants[0] and instants[-1] <= ended + step + 1e-3
+
+
+async def test_a_window_stored_as_json_null_counts_as_no_starts(
+    state: Any, engine: AsyncEngine
+) -> None:
+    # What set_limits wrote when a rate was lifted before migration 0006: JSON null,
+    # not SQL NULL. A rate set later must read it as an empty window.
+    await state.start_chains([NewChain(NewJob("t")) for _ in range(5)], notes=NotificationBuffer())
+    await state.set_limits(
+        "t", concurrency=None, key_concurrency=None, rate=2, per_seconds=60.0,
+        notes=NotificationBuffer(),
+    )  # fmt: skip
+    controls = state.tables.type_controls
+    async with engine.begin() as conn:
+        await conn.execute(update(controls).values(recent_starts=JSON.NULL))
+    assert len(await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=10)) == 2

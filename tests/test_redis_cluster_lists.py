@@ -1,0 +1,217 @@
+"""``RedisNotifyAdapter(wake="lists", cluster=True)`` on a real Redis Cluster: the notify
+contract, a type's keys in one slot, tokens on every master waking the consumer that
+listens, one script per slot per push, one blocking connection per slot listened to.
+
+Faults (failover, resharding, a killed worker) are in
+``test_faults_redis_cluster_lists.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+
+from queuert_notify import RedisNotifyAdapter
+from queuert_notify.notify.redis_shared import (
+    consumers_key,
+    hash_tag,
+    issued_key,
+    processing_key,
+    token_list_key,
+)
+from queuert_notify.testing import NotifyAdapterConformance, Recorder
+from queuert_notify.testing.notify_conformance import ForceReconnect, PoisonBudget
+from tests.support.queue_helpers import wait_until
+from tests.support.redis_cluster import LocalRedisCluster
+
+
+@pytest.fixture
+def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedisCluster]:
+    """The module's cluster; this test's keys are deleted afterwards."""
+    yield redis_cluster
+    redis_cluster.delete_prefix(prefix)
+
+
+def lists_adapter(cluster: LocalRedisCluster, prefix: str) -> RedisNotifyAdapter:
+    return RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True, wake="lists")
+
+
+def tokens_of(prefix: str, type_name: str) -> str:
+    """The token list of ``type_name`` on a cluster."""
+    return token_list_key(prefix, hash_tag(type_name))
+
+
+def types_on_every_master(cluster: LocalRedisCluster, prefix: str, per_master: int) -> list[str]:
+    """Type names whose token lists spread over every master, ``per_master`` each."""
+    wanted = dict.fromkeys(cluster.masters(), per_master)
+    names: list[str] = []
+    index = 0
+    while any(wanted.values()):
+        name = f"type-{index}"
+        index += 1
+        owner = cluster.owner_of(tokens_of(prefix, name))
+        if wanted[owner]:
+            wanted[owner] -= 1
+            names.append(name)
+    return names
+
+
+class TestRedisClusterListsNotifyAdapter(NotifyAdapterConformance):
+    """The conformance suite on cluster + lists: ``adapter`` from a URL, ``peer_adapter``
+    on a caller-owned RedisCluster client."""
+
+    wake_per_unit = True
+
+    @pytest.fixture
+    async def adapter(
+        self, cluster: LocalRedisCluster, prefix: str
+    ) -> AsyncIterator[RedisNotifyAdapter]:
+        async with lists_adapter(cluster, prefix) as adapter:
+            yield adapter
+
+    @pytest.fixture
+    async def poison_wake_budget(
+        self, cluster: LocalRedisCluster, prefix: str
+    ) -> AsyncIterator[PoisonBudget]:
+        client = RedisCluster.from_url(cluster.url)
+
+        async def poison(type_name: str, kind: str) -> None:
+            # A list is what a token list is: "list" stores another type (a hash) instead.
+            key = tokens_of(prefix, type_name)
+            await client.delete(key)
+            if kind == "text":
+                await client.set(key, "not-a-number")
+            else:
+                await client.hset(key, "token", "1")
+
+        yield poison
+        await client.aclose()
+
+    @pytest.fixture
+    async def force_reconnect(self, cluster: LocalRedisCluster) -> AsyncIterator[ForceReconnect]:
+        # The reconnect cases listen on shard channels (chain completed), which lists
+        # mode keeps; the failover tests drop the blocking connections.
+        async def kill_subscribers() -> None:
+            assert await asyncio.to_thread(cluster.kill_shard_subscribers) > 0
+
+        yield kill_subscribers
+
+    @pytest.fixture
+    async def peer_adapter(
+        self, cluster: LocalRedisCluster, prefix: str
+    ) -> AsyncIterator[RedisNotifyAdapter]:
+        client = RedisCluster.from_url(cluster.url)
+        try:
+            async with RedisNotifyAdapter(client=client, prefix=prefix, wake="lists") as peer:
+                yield peer
+        finally:
+            await client.aclose()
+
+
+@pytest.mark.parametrize("type_name", ["send-email", "a{b", "has}brace", "}", "{x}", "é", ""])
+def test_every_key_of_a_type_shares_one_slot(type_name: str) -> None:
+    tag = hash_tag(type_name)
+    keys = [
+        token_list_key("queuert", tag),
+        issued_key("queuert", tag),
+        processing_key("queuert", tag, "c0ffee"),
+        consumers_key("queuert", tag),
+    ]
+    assert len({key_slot(key.encode()) for key in keys}) == 1, keys
+    assert type_name in keys[0], "names stay readable"
+
+
+async def test_tokens_of_types_on_every_master_wake_the_consumer_that_listens(
+    cluster: LocalRedisCluster, prefix: str
+) -> None:
+    types = types_on_every_master(cluster, prefix, per_master=2)
+    mine, theirs = types[::2], types[1::2]
+    async with (
+        lists_adapter(cluster, prefix) as producer,
+        lists_adapter(cluster, prefix) as first,
+        lists_adapter(cluster, prefix) as second,
+    ):
+        first_heard, second_heard = Recorder(), Recorder()
+        await first.listen_job_scheduled(mine, first_heard)
+        await second.listen_job_scheduled(theirs, second_heard)
+
+        await producer.notify_jobs_scheduled({name: 2 for name in types})
+        await first_heard.wait_for(2 * len(mine), within=5)
+        await second_heard.wait_for(2 * len(theirs), within=5)
+        await asyncio.sleep(0.3)  # a wrong or extra wake would arrive now
+
+        assert sorted(first_heard.calls) == sorted([(name,) for name in mine] * 2)
+        assert sorted(second_heard.calls) == sorted([(name,) for name in theirs] * 2)
+        for type_name in types:  # held by the consumer that heard it, none left over
+            owner = first if type_name in mine else second
+            assert [await owner.consume_wake_hint(type_name) for _ in range(3)] == [
+                True,
+                True,
+                False,
+            ]
+
+
+async def test_a_push_runs_one_script_per_slot_on_the_slots_master_and_publishes_nothing(
+    cluster: LocalRedisCluster, prefix: str
+) -> None:
+    types = types_on_every_master(cluster, prefix, per_master=2)
+    async with lists_adapter(cluster, prefix) as producer:
+        before = {port: cluster.command_calls(port) for port in cluster.masters()}
+        await producer.notify_jobs_scheduled({name: 3 for name in types})
+        after = {port: cluster.command_calls(port) for port in cluster.masters()}
+    for port in cluster.masters():
+        ran = {name: after[port].get(name, 0) - before[port].get(name, 0) for name in after[port]}
+        slots = {
+            key_slot(tokens_of(prefix, t).encode())
+            for t in types
+            if cluster.owner_of(tokens_of(prefix, t)) == port
+        }
+        assert ran.get("evalsha", 0) == len(slots)
+        assert ran.get("publish", 0) == ran.get("spublish", 0) == 0
+
+
+async def test_one_blocking_connection_per_slot_listened_to_on_the_slots_master(
+    cluster: LocalRedisCluster, prefix: str
+) -> None:
+    """Types of one slot share a blocking connection (BLMPOP over them); every other
+    slot costs one more, on the master serving it."""
+    single = types_on_every_master(cluster, prefix, per_master=1)
+    shared = _two_types_in_one_slot(prefix)
+    slots = {key_slot(tokens_of(prefix, t).encode()) for t in shared}
+    expected: dict[int, int] = dict.fromkeys(cluster.masters(), 0)
+    for type_name in single:
+        expected[cluster.owner_of(tokens_of(prefix, type_name))] += 1
+    for slot in slots:
+        expected[cluster.slot_owner(slot)] += 1
+    async with (
+        lists_adapter(cluster, prefix) as consumer,
+        lists_adapter(cluster, prefix) as producer,
+    ):
+        heard = Recorder()
+        unsubscribe = await consumer.listen_job_scheduled([*single, *shared], heard)
+
+        def blocked() -> dict[int, int]:
+            return {port: cluster.blocked_movers(port) for port in cluster.masters()}
+
+        await wait_until(lambda: blocked() == expected, timeout=5)
+        await producer.notify_jobs_scheduled({name: 1 for name in [*single, *shared]})
+        await heard.wait_for(len(single) + 2, within=5)
+        assert sorted(heard.calls) == sorted((name,) for name in [*single, *shared])
+
+        await unsubscribe()  # a lane's connection closes with its last type
+        await wait_until(lambda: not any(blocked().values()), timeout=5)
+
+
+def _two_types_in_one_slot(prefix: str) -> list[str]:
+    seen: dict[int, str] = {}
+    for index in range(100_000):
+        name = f"pair-{index}"
+        slot = key_slot(tokens_of(prefix, name).encode())
+        if slot in seen:
+            return [seen[slot], name]
+        seen[slot] = name
+    raise AssertionError("no two names share a slot")

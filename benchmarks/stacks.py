@@ -270,7 +270,7 @@ async def _drop_tables(engine: AsyncEngine, table_prefix: str) -> None:
         metadata = MetaData()
         metadata.reflect(sync_conn, only=lambda name, _: name.startswith(table_prefix))
         metadata.drop_all(sync_conn)
-        if sync_conn.dialect.name == "postgresql":  # migration 0006's function
+        if sync_conn.dialect.name == "postgresql":  # migration 0007's function
             sync_conn.exec_driver_sql(f'DROP FUNCTION IF EXISTS "{table_prefix}claim_limited"')
 
     async with engine.begin() as conn:

@@ -1,5 +1,5 @@
 """The SQL of claims of a limited type on SQLite (:mod:`state_adapters.limited_claims`;
-Postgres runs them as one function, migration 0006): read the type's control row and
+Postgres runs them as one function, migration 0007): read the type's control row and
 its running jobs, find candidates fairly across concurrency keys, claim them, and
 record the starts. Same calling convention as :mod:`state_adapters.statements`; each
 statement has one shape (so SQLite compiles it once), with the type and the counts
@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
+    Float,
     Integer,
     Select,
     String,
@@ -32,6 +33,9 @@ from sqlalchemy.sql.elements import ColumnElement
 from state_adapters.schema import Tables, UtcDateTime, json_type
 from state_adapters.sql_dialect import SqlDialect
 from state_adapters.statements import Query, job_columns
+
+if TYPE_CHECKING:
+    from state_adapters.limited_claims import RateWindow
 
 UNKEYED_WINDOW = 1_000
 """How many of a key-limited type's best due jobs are looked through for jobs
@@ -87,6 +91,9 @@ class LimitedClaimStatements:
             c.rate,
             c.per_seconds,
             c.recent_starts,
+            c.earlier_starts,
+            c.step_at,
+            c.step_starts,
             c.next_key_after,
             type_coerce(running, JSON()).label("running"),
         ).where(c.type_name == bindparam("t"))
@@ -238,20 +245,38 @@ class LimitedClaimStatements:
         )
 
     def save_state(
-        self, type_name: str, recent_starts: list[list[float]] | None, next_key_after: str | None
+        self, type_name: str, window: RateWindow | None, next_key_after: str | None
     ) -> Query:
-        """Store the starts of the current window and the key served last."""
-        params = {"t": type_name, "b_starts": recent_starts, "b_after": next_key_after}
-        return Query(self._save_state, params)
+        """Store the rate's window (its earlier steps only when the claim began a
+        step: otherwise they are as stored) and the key served last."""
+        params: dict[str, Any] = {"t": type_name, "b_after": next_key_after}
+        if window is None:
+            return Query(self._save_key, params)
+        params.update(b_step_at=window.step_at, b_step_starts=window.step_starts)
+        if not window.folded:
+            return Query(self._save_step, params)
+        params.update(b_starts=window.entries, b_earlier=window.earlier_starts)
+        return Query(self._save_window, params)
 
     @cached_property
-    def _save_state(self) -> Update:
+    def _save_key(self) -> Update:
         controls = self.tables.type_controls
         return (
             update(controls)
             .where(controls.c.type_name == bindparam("t"))
-            .values(
-                recent_starts=bindparam("b_starts", type_=json_type()),
-                next_key_after=bindparam("b_after", type_=String()),
-            )
+            .values(next_key_after=bindparam("b_after", type_=String()))
+        )
+
+    @cached_property
+    def _save_step(self) -> Update:
+        return self._save_key.values(
+            step_at=bindparam("b_step_at", type_=Float()),
+            step_starts=bindparam("b_step_starts", type_=Integer()),
+        )
+
+    @cached_property
+    def _save_window(self) -> Update:
+        return self._save_step.values(
+            recent_starts=bindparam("b_starts", type_=json_type()),
+            earlier_starts=bindparam("b_earlier", type_=Integer()),
         )

@@ -31,7 +31,7 @@ Invariants:
   not reach are first in line for the next claim.
 
 Where it runs differs, for the round trips: on Postgres the claim is one call of
-the PL/pgSQL function ``{prefix}claim_limited`` (migration 0006), in autocommit: each
+the PL/pgSQL function ``{prefix}claim_limited`` (migration 0007), in autocommit: each
 statement of a VOLATILE function takes a new snapshot, so the count after the lock
 sees the claims committed while it waited, and the lock, the count, the key walk,
 the claim and the saved window cost one round trip instead of six or more. On
@@ -171,8 +171,7 @@ async def claim_type(
     if window is not None and jobs:
         window.started(len(jobs))
     if (window is not None and window.changed) or next_key_after != control.next_key_after:
-        starts = None if window is None else window.entries
-        await conn.execute(*sql.save_state(type_name, starts, next_key_after))
+        await conn.execute(*sql.save_state(type_name, window, next_key_after))
     return settled(
         jobs,
         limit=limit,
@@ -194,45 +193,77 @@ def _limited(control: Any) -> bool:
 
 
 class RateWindow:
-    """The starts of one type in the last ``per`` seconds, as ``[instant, starts]``
-    pairs (instants in seconds since the epoch, never decreasing)."""
+    """The starts of one type in the last ``per`` seconds, recorded per step of
+    ``per / RATE_STEPS`` at the step's end (seconds since the epoch).
 
-    def __init__(self, rate: int, per: float, entries: list[list[float]], now: float) -> None:
+    The newest step is kept in two numbers, ``step_at`` and ``step_starts``, and the
+    earlier steps of the window as ``[instant, starts]`` pairs with their sum,
+    ``earlier_starts``: a claim within the newest step reads and changes numbers only.
+    The first claim of a later step folds the newest step into the earlier ones and
+    drops the entries that left the window; that holds for the whole step, as the
+    instants lie on the steps' grid (an entry is kept while any instant of the step
+    could still count it). A claimer whose clock is behind the newest step counts as
+    starting in it."""
+
+    def __init__(
+        self,
+        rate: int,
+        per: float,
+        *,
+        entries: list[list[float]],
+        earlier_starts: int,
+        step_at: float | None,
+        step_starts: int,
+        now: float,
+    ) -> None:
         self.rate = rate
         self.per = per
-        self.entries = [e for e in entries if e[0] > now - per]
-        self.changed = len(self.entries) != len(entries)
-        """Whether the entries differ from the stored ones (then they are saved)."""
-        # Never before the newest recorded start, whatever this claimer's clock says.
-        self.now = max([now, *(e[0] for e in self.entries)])
+        step = per / RATE_STEPS
+        at = math.ceil(now / step) * step
+        self.folded = step_at is None or at > step_at
+        """Whether this claim began a step (then the earlier entries are saved too)."""
+        if self.folded:
+            if step_at is not None and step_starts:
+                entries = [*entries, [step_at, step_starts]]
+            cut = at - step - per
+            entries = [e for e in entries if e[0] > cut]
+            earlier_starts = int(sum(e[1] for e in entries))
+            step_at, step_starts = at, 0
+        self.entries = entries
+        self.earlier_starts = earlier_starts
+        self.step_at: float = step_at if step_at is not None else at
+        self.step_starts = step_starts
+        self.changed = self.folded
+        """Whether it differs from the stored window (then it is saved)."""
 
     @classmethod
     def of(cls, control: Any, now: datetime) -> RateWindow | None:
         if control.rate is None or control.per_seconds is None:
             return None
-        return cls(control.rate, control.per_seconds, control.recent_starts or [], now.timestamp())
+        return cls(
+            control.rate,
+            control.per_seconds,
+            entries=control.recent_starts if isinstance(control.recent_starts, list) else [],
+            earlier_starts=control.earlier_starts,
+            step_at=control.step_at,
+            step_starts=control.step_starts,
+            now=now.timestamp(),
+        )
 
     @property
     def allowance(self) -> int:
         """Starts allowed now."""
-        return max(0, self.rate - int(sum(e[1] for e in self.entries)))
+        return max(0, self.rate - self.earlier_starts - self.step_starts)
 
     def started(self, count: int) -> None:
-        """Record ``count`` starts now, at the end of the current step (see
-        :data:`RATE_STEPS`), in the last entry when it is that step's."""
-        step = self.per / RATE_STEPS
-        instant = math.ceil(self.now / step) * step
-        if self.entries and self.entries[-1][0] >= instant - step / 2:
-            self.entries[-1][1] += count
-        else:
-            self.entries.append([instant, count])
+        """Record ``count`` starts in the newest step."""
+        self.step_starts += count
         self.changed = True
 
-    def frees_at(self) -> datetime | None:
+    def frees_at(self) -> datetime:
         """When the oldest start leaves the window (then at least one more may start)."""
-        if not self.entries:
-            return None
-        return datetime.fromtimestamp(self.entries[0][0] + self.per, UTC)
+        oldest = self.entries[0][0] if self.entries else self.step_at
+        return datetime.fromtimestamp(oldest + self.per, UTC)
 
 
 class KeyWalk:

@@ -124,7 +124,7 @@ class Postgres:
         limit: int,
         now: datetime,
     ) -> LimitedClaim:
-        """One call of ``{prefix}claim_limited`` (migration 0006), in autocommit: the
+        """One call of ``{prefix}claim_limited`` (migration 0007), in autocommit: the
         lock, the count, the key walk, the claim and the saved window in one round
         trip, one transaction."""
         query = self._own.claim_limited(

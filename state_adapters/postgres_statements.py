@@ -86,7 +86,7 @@ class PostgresStatements:
         self, type_name: str, *, worker_id: str, leased_until: datetime, limit: int, now: datetime
     ) -> Query:
         """Claim up to ``limit`` due jobs of a limited type within its limits: one call
-        of the function ``{prefix}claim_limited`` (migration 0006). Its rows: the
+        of the function ``{prefix}claim_limited`` (migration 0007). Its rows: the
         claim's outcome (:data:`CLAIM_OUTCOME_WIDTH` columns: ``control``, ``budget``,
         ``rate_bound``, ``frees_at``, ``picked``, ``claimed_at``), then a claimed job's
         columns, null when it claimed none (then it returns one row)."""

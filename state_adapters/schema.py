@@ -148,7 +148,7 @@ class Tables:
     @property
     def claim_function(self) -> str:
         """Name of the Postgres function that claims jobs of limited types (migration
-        0006), in the tables' schema."""
+        0007), in the tables' schema."""
         return f"{self.table_prefix}claim_limited"
 
 
@@ -321,10 +321,17 @@ def make_tables(
         Column("key_concurrency", Integer, nullable=True),
         Column("rate", Integer, nullable=True),
         Column("per_seconds", Float, nullable=True),
-        # [[instant, starts], ...]: the starts of the last ``per_seconds``.
+        # The rate's window (state_adapters.limited_claims.RateWindow): the steps
+        # before the newest as [[instant, starts], ...], ...
         Column("recent_starts", json_type(), nullable=True),
         # The concurrency key served last: the next claim starts after it.
         Column("next_key_after", String(CONCURRENCY_KEY_LENGTH), nullable=True),
+        # ... the newest step's end (seconds since the epoch) and starts, kept apart so
+        # that a claim within the step changes one number, and the starts of the
+        # earlier steps still in the window.
+        Column("step_at", Float, nullable=True),
+        Column("step_starts", Integer, nullable=False, server_default="0"),
+        Column("earlier_starts", Integer, nullable=False, server_default="0"),
     )
     return Tables(metadata, chains, jobs, blockers, dedup_keys, schedules, type_controls, p, schema)
 

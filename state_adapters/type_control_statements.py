@@ -77,6 +77,7 @@ class TypeControlStatements:
         values: dict[str, Any] = dict(limits)
         if limits["rate"] is None:
             values["recent_starts"] = null()  # SQL NULL: a JSON column writes None as 'null'
+            values.update(step_at=None, step_starts=0, earlier_starts=0)
         statement = update(controls).where(controls.c.type_name == type_name).values(**values)
         return Query(statement, {})
 

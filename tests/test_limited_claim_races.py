@@ -1,6 +1,6 @@
 """Limited claims racing on separate engines (so on separate connections, at once):
 ``concurrency`` and ``key_concurrency`` hold whatever the interleaving. On Postgres
-this is the proof that the one-statement claim (migration 0006's function) counts
+this is the proof that the one-statement claim (migration 0007's function) counts
 the running jobs after it holds the type's lock: a count on the snapshot the call
 started with would miss the claims committed while it waited, and claim past the cap.
 Also: a claim visits at most ``MAX_KEYS_VISITED`` keys, and the next one goes on from

@@ -1,6 +1,6 @@
 """The stored rate window of a limited type: every start counted, in at most
-``RATE_STEPS + 1`` entries however many claims there were, never recorded before it
-happened (Postgres's function and SQLite's statements alike)."""
+``RATE_STEPS`` entries and the newest step however many claims there were, never
+recorded before it happened (Postgres's function and SQLite's statements alike)."""
 
 from __future__ import annotations
 
@@ -39,11 +39,13 @@ async def test_the_window_keeps_every_start_in_few_entries(state: Any, engine: A
     ended = time.time()
     controls = state.tables.type_controls
     async with engine.connect() as conn:
-        starts = (await conn.execute(select(controls.c.recent_starts))).scalar_one()
-    assert sum(count for _, count in starts) == claims
-    assert len(starts) <= min(claims, RATE_STEPS + 1)
-    instants = [instant for instant, _ in starts]
-    assert instants == sorted(instants)
+        row = (await conn.execute(select(controls))).one()
+    starts = row.recent_starts
+    assert sum(count for _, count in starts) == row.earlier_starts
+    assert row.earlier_starts + row.step_starts == claims
+    assert len(starts) <= min(claims, RATE_STEPS)
+    instants = [instant for instant, _ in starts] + [row.step_at]
+    assert instants == sorted(set(instants))
     # At the end of a step, never before the claim (clocks of one host; float slack).
     step = 5.0 / RATE_STEPS
     assert began - 1e-3 <= instants[0] and instants[-1] <= ended + step + 1e-3
@@ -52,7 +54,7 @@ async def test_the_window_keeps_every_start_in_few_entries(state: Any, engine: A
 async def test_a_window_stored_as_json_null_counts_as_no_starts(
     state: Any, engine: AsyncEngine
 ) -> None:
-    # What set_limits wrote when a rate was lifted before migration 0006: JSON null,
+    # What set_limits wrote when a rate was lifted at revision 0005: JSON null,
     # not SQL NULL. A rate set later must read it as an empty window.
     await state.start_chains([NewChain(NewJob("t")) for _ in range(5)], notes=NotificationBuffer())
     await state.set_limits(

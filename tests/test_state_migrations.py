@@ -4,6 +4,7 @@ identical to the tables in state_adapters.schema."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import insert, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from state_adapters import SqlAlchemyStateAdapter, make_metadata, metadata
@@ -121,7 +122,7 @@ async def test_an_application_schema_and_alembic_history_are_left_alone(
         assert app_version == "app-rev"
         chain = await state.get_chain((await _start(state)).id)
         assert chain.status == "pending"
-        # The limited claim's function (migration 0006) is in the schema as well.
+        # The limited claim's function (migration 0007) is in the schema as well.
         await state.set_limits(
             "t", concurrency=1, key_concurrency=None, rate=None, per_seconds=None, notes=_notes()
         )
@@ -133,7 +134,7 @@ async def test_an_application_schema_and_alembic_history_are_left_alone(
         await engine.dispose()
 
 
-async def test_downgrading_below_0006_drops_the_claim_function(
+async def test_downgrading_below_0007_drops_the_claim_function(
     postgres_url: str, prefix: str
 ) -> None:
     engine = create_async_engine(postgres_url)
@@ -144,11 +145,40 @@ async def test_downgrading_below_0006_drops_the_claim_function(
         await SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_").migrate()
         async with engine.begin() as conn:
             assert await conn.scalar(count, name) == 1
-            await conn.run_sync(lambda c: command.downgrade(config_for(c, tables), "0005"))
+            await conn.run_sync(lambda c: command.downgrade(config_for(c, tables), "0006"))
             assert await conn.scalar(count, name) == 0
     finally:
         await drop_tables(engine, f"{prefix}_")
         await engine.dispose()
+
+
+async def test_a_rate_window_of_revision_0005_holds_after_the_upgrade_and_back(
+    engine: AsyncEngine, prefix: str
+) -> None:
+    # 0006 keeps a type's newest step in columns of its own (0005: the last entry of
+    # recent_starts). Starts recorded either way count after the upgrade and after a
+    # downgrade.
+    tables = make_tables(f"{prefix}_")
+    controls = tables.type_controls
+    now = time.time()
+    window = [[now - 10, 2], [now - 1, 1]]
+    async with engine.begin() as conn:
+        await conn.run_sync(lambda c: command.upgrade(config_for(c, tables), "0005"))
+        await conn.execute(
+            insert(controls).values(
+                type_name="t", paused=False, rate=4, per_seconds=60.0, recent_starts=window
+            )
+        )
+    state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+    await state.migrate()
+    for _ in range(3):
+        await _start(state)
+    assert len(await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=5)) == 1
+    async with engine.begin() as conn:
+        await conn.run_sync(lambda c: command.downgrade(config_for(c, tables), "0005"))
+        stored = await conn.scalar(select(controls.c.recent_starts))
+    assert stored[:2] == window
+    assert sum(starts for _, starts in stored) == 4
 
 
 def _notes() -> Any:

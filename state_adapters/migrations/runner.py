@@ -25,9 +25,9 @@ from state_adapters.errors import ConfigurationError
 from state_adapters.schema import Tables
 
 SCRIPT_LOCATION = "state_adapters:migrations"
-TABLES_REVISION = "0005"
+TABLES_REVISION = "0006"
 """The newest revision that changed the tables (keep it so): adopted tables that match
-the newest schema are stamped with it, then the later revisions run (0006: the
+the newest schema are stamped with it, then the later revisions run (0007: the
 Postgres function of limited claims)."""
 
 

@@ -14,8 +14,8 @@ Its result lists the job columns one by one (no dependency on the jobs table's r
 type, so dropping the tables needs no CASCADE): a migration that adds a job column
 the queue reads replaces the function.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from alembic import op
 
 from state_adapters.schema import Tables
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
@@ -61,14 +61,15 @@ DECLARE
     v_budget integer := 0;
     v_rate_bound boolean := false;
     v_window boolean := false;
-    v_epoch float8;
+    v_step float8;
+    v_at float8;
+    v_step_at float8;
+    v_step_starts integer;
+    v_earlier integer;
+    v_folded boolean := false;
     v_starts jsonb;
     v_expired integer;
     v_cut float8;
-    v_used float8;
-    v_oldest float8;
-    v_newest float8;
-    v_step float8;
     v_allowance integer;
     v_frees_at timestamptz;
     v_ids varchar[] := '{{}}';
@@ -122,39 +123,51 @@ BEGIN
         IF c.concurrency IS NOT NULL THEN
             v_budget := least(v_budget, c.concurrency - v_total);
         END IF;
+        v_starts := c.recent_starts;
+        v_earlier := c.earlier_starts;
+        v_step_at := c.step_at;
+        v_step_starts := c.step_starts;
         IF c.rate IS NOT NULL AND c.per_seconds IS NOT NULL THEN
-            -- The starts of the last per_seconds, as [instant, starts] pairs, instants
-            -- never decreasing: the expired entries lead (rarely more than one, as one
-            -- step's entry expires per step), so they are counted from the front and
-            -- sliced off, and the array is neither rebuilt nor searched. (Each number read
-            -- from jsonb is a text conversion; the sum is the one pass over every entry.)
+            -- The window as state_adapters.limited_claims.RateWindow keeps it: within the
+            -- newest step a claim reads and adds to numbers only; the first claim of a
+            -- later step folds that step into the earlier ones, whose expired entries
+            -- lead (instants never decrease), so they are counted from the front and
+            -- sliced off. A claimer whose clock is behind counts as in the newest step.
             v_window := true;
-            v_epoch := extract(epoch FROM v_now);
-            v_cut := v_epoch - c.per_seconds;
-            -- A row limited before it had a rate may hold JSON null (0005's writes).
-            v_starts := CASE jsonb_typeof(c.recent_starts)
-                        WHEN 'array' THEN c.recent_starts ELSE '[]' END;
-            v_expired := 0;
-            -- Past the last entry the element is NULL, which ends the loop.
-            WHILE (v_starts -> v_expired ->> 0)::float8 <= v_cut LOOP
-                v_expired := v_expired + 1;
-            END LOOP;
-            IF v_expired > 0 THEN
-                v_starts := jsonb_path_query_array(
-                    v_starts, '$[$k to last]', jsonb_build_object('k', v_expired));
-            END IF;
-            SELECT coalesce(sum((e.v ->> 1)::float8), 0) INTO v_used
-              FROM jsonb_array_elements(v_starts) AS e(v);
-            v_oldest := (v_starts -> 0 ->> 0)::float8;
-            v_newest := (v_starts -> -1 ->> 0)::float8;
-            -- Never before the newest recorded start, whatever this claimer's clock says;
-            -- recorded at the end of its step of per / p_rate_steps.
             v_step := c.per_seconds / p_rate_steps;
-            v_epoch := ceil(greatest(v_epoch, v_newest) / v_step) * v_step;
-            v_allowance := greatest(0, c.rate - floor(v_used)::integer);
+            v_at := ceil(extract(epoch FROM v_now) / v_step) * v_step;
+            v_folded := v_step_at IS NULL OR v_at > v_step_at;
+            IF v_folded THEN
+                -- A row limited before it had a rate may hold JSON null (0005's writes).
+                IF jsonb_typeof(v_starts) IS DISTINCT FROM 'array' THEN
+                    v_starts := '[]';
+                END IF;
+                IF v_step_starts > 0 THEN
+                    v_starts := v_starts || jsonb_build_array(
+                        jsonb_build_array(v_step_at, v_step_starts));
+                END IF;
+                v_cut := v_at - v_step - c.per_seconds;
+                v_expired := 0;
+                -- Past the last entry the element is NULL, which ends the loop.
+                WHILE (v_starts -> v_expired ->> 0)::float8 <= v_cut LOOP
+                    v_expired := v_expired + 1;
+                END LOOP;
+                IF v_expired > 0 THEN
+                    v_starts := jsonb_path_query_array(
+                        v_starts, '$[$k to last]', jsonb_build_object('k', v_expired));
+                END IF;
+                SELECT coalesce(sum((e.v ->> 1)::numeric), 0) INTO v_earlier
+                  FROM jsonb_array_elements(v_starts) AS e(v);
+                v_step_at := v_at;
+                v_step_starts := 0;
+            END IF;
+            v_allowance := greatest(0, c.rate - v_earlier - v_step_starts);
             v_rate_bound := v_allowance < v_budget;
             v_budget := least(v_budget, v_allowance);
-            v_frees_at := to_timestamp(coalesce(v_oldest, v_epoch) + c.per_seconds);
+            IF v_rate_bound THEN
+                v_frees_at := to_timestamp(
+                    coalesce((v_starts -> 0 ->> 0)::float8, v_step_at) + c.per_seconds);
+            END IF;
         END IF;
         v_after := c.next_key_after;
 
@@ -264,7 +277,7 @@ BEGIN
                 v_after := coalesce(v_order[array_length(v_order, 1)], '');
             END IF;
         END IF;
-        v_save := v_window OR v_after IS DISTINCT FROM c.next_key_after;
+        v_save := v_folded OR v_after IS DISTINCT FROM c.next_key_after;
     END IF;
 
     RETURN QUERY
@@ -278,18 +291,15 @@ BEGIN
         RETURNING j.*
     ), saved AS (
         UPDATE {controls} AS tc
-           SET recent_starts = CASE
-                   WHEN NOT v_window THEN tc.recent_starts
-                   WHEN (SELECT count(*) FROM claimed) = 0 THEN v_starts
-                   -- The step's entry takes the starts of every claim in that step.
-                   WHEN v_newest >= v_epoch - v_step / 2 THEN jsonb_set(
-                       v_starts, '{{-1,1}}',
-                       to_jsonb((v_starts -> -1 ->> 1)::numeric + (SELECT count(*) FROM claimed)))
-                   ELSE v_starts || jsonb_build_array(jsonb_build_array(
-                       v_epoch, (SELECT count(*) FROM claimed)))
-               END,
+           SET recent_starts = CASE WHEN v_folded THEN v_starts ELSE tc.recent_starts END,
+               earlier_starts = v_earlier,
+               step_at = v_step_at,
+               step_starts = CASE WHEN v_window
+                   THEN v_step_starts + (SELECT count(*) FROM claimed)
+                   ELSE tc.step_starts END,
                next_key_after = v_after
-         WHERE tc.type_name = p_type AND v_save
+         WHERE tc.type_name = p_type
+           AND (v_save OR (v_window AND EXISTS (SELECT FROM claimed)))
     )
     SELECT v_control, v_budget, v_rate_bound, v_frees_at, v_picked, v_now,
            k.id, k.type_name, k.chain_id, k.chain_index, k.input, k.output, k.status,

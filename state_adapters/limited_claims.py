@@ -12,8 +12,8 @@ Invariants:
   are counted from the jobs themselves (no counter to drift), and a job whose lease
   expired counts until it is reaped.
 - **The rate holds in every window.** The control row keeps the starts of the last
-  ``per_seconds`` as ``[instant, starts]`` pairs; a claim starts at most ``rate``
-  minus the starts after ``now - per``. Each claim so bounds the window ending at
+  ``per_seconds`` (:class:`RateWindow`); a claim starts at most ``rate`` minus the
+  starts after ``now - per``. Each claim so bounds the window ending at
   its own instant, and every window of length ``per`` lies within such a window
   ending at the last claim inside it. Instants are taken once the lock is held and
   never go back (a claimer whose clock is behind records the newest instant
@@ -59,10 +59,10 @@ if TYPE_CHECKING:
 RATE_STEPS = 64
 """A claim's starts are recorded at the end of the ``1/RATE_STEPS`` of ``per`` they
 fall in (seconds since the epoch, on that grid), together with the other starts of
-that step: the window keeps at most ``RATE_STEPS + 1`` entries however many claims it
-saw (one entry per claim made every claim read and write thousands), and a start is
-never recorded before it happened, so the rate still holds; it only leaves the
-window up to ``per / RATE_STEPS`` late."""
+that step: the window keeps at most ``RATE_STEPS`` entries and the newest step however
+many claims it saw (one entry per claim made every claim read and write thousands),
+and a start is never recorded before it happened, so the rate still holds; it only
+leaves the window up to ``per / RATE_STEPS`` late."""
 MAX_KEYS_VISITED = 2_000
 """Most concurrency keys one claim looks at."""
 RECHECK = timedelta(seconds=2)

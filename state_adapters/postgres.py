@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Select, bindparam, func, select, text, true, type_coerce
@@ -24,7 +24,6 @@ from state_adapters.database import Conn, Step, T
 from state_adapters.limited_claims import LimitedClaim, settled
 from state_adapters.model import JobRecord
 from state_adapters.postgres_statements import (
-    CLAIM_OUTCOME_WIDTH,
     NEEDS_TRANSACTION,
     PostgresStatements,
 )
@@ -131,20 +130,21 @@ class Postgres:
             type_name, worker_id=worker_id, leased_until=leased_until, limit=limit, now=now
         )
         rows = await self.compiled(query.statement).rows(conn, query.params)
-        outcome = rows[0]  # the outcome's columns repeat on every row; one row if no job
-        if outcome.control != "limited":
-            return LimitedClaim(uncontrolled=outcome.control == "uncontrolled")
-        jobs = [JobRecord(*row[CLAIM_OUTCOME_WIDTH:]) for row in rows if row.id is not None]
+        outcome = next(row.outcome for row in rows if row.outcome is not None)
+        if outcome["control"] != "limited":
+            return LimitedClaim(uncontrolled=outcome["control"] == "uncontrolled")
+        jobs = [JobRecord(*row[1:]) for row in rows if row.id is not None]
         jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
+        frees_at = outcome["frees_at"]
         return settled(
             jobs,
             limit=limit,
-            budget=outcome.budget,
-            rate_bound=outcome.rate_bound,
-            frees_at=outcome.frees_at,
-            keyed=outcome.picked is not None,  # set by the key walk only
-            picked=outcome.picked or 0,
-            now=outcome.claimed_at,
+            budget=outcome["budget"],
+            rate_bound=outcome["rate_bound"],
+            frees_at=None if frees_at is None else datetime.fromtimestamp(frees_at, UTC),
+            keyed=outcome["picked"] is not None,  # set by the key walk only
+            picked=outcome["picked"] or 0,
+            now=datetime.fromtimestamp(outcome["claimed_at"], UTC),
         )
 
     async def take_migration_lock(self, connection: AsyncConnection, name: str) -> None:

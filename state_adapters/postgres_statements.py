@@ -48,9 +48,6 @@ run in a transaction instead; the statement then wrote nothing."""
 
 _JSONB = JSONB()
 _POSTGRES = postgresql.dialect()  # type: ignore[no-untyped-call]
-CLAIM_OUTCOME_WIDTH = 6
-"""The outcome's columns before the job's in a row of
-:meth:`PostgresStatements.claim_limited`."""
 
 
 def _json_records(parameter: str, **columns: TypeEngine[Any]) -> TableValuedAlias:
@@ -87,9 +84,10 @@ class PostgresStatements:
     ) -> Query:
         """Claim up to ``limit`` due jobs of a limited type within its limits: one call
         of the function ``{prefix}claim_limited`` (migration 0007). Its rows: the
-        claim's outcome (:data:`CLAIM_OUTCOME_WIDTH` columns: ``control``, ``budget``,
-        ``rate_bound``, ``frees_at``, ``picked``, ``claimed_at``), then a claimed job's
-        columns, null when it claimed none (then it returns one row)."""
+        claim's ``outcome``, then a claimed job's columns, null when it claimed none
+        (then it returns one row). The outcome, on one row only, is an object:
+        ``control``, ``budget``, ``rate_bound``, ``frees_at`` and ``claimed_at`` (seconds
+        since the epoch), ``picked``."""
         params = {
             "t": type_name,
             "worker": worker_id,
@@ -108,21 +106,13 @@ class PostgresStatements:
         name = quote.quote(self.tables.claim_function)
         if self.tables.schema is not None:
             name = f"{quote.quote_schema(self.tables.schema)}.{name}"
-        outcome: list[ColumnElement[Any]] = [
-            column("control", String()),
-            column("budget", Integer()),
-            column("rate_bound", Boolean()),
-            column("frees_at", UtcDateTime()),
-            column("picked", Integer()),
-            column("claimed_at", UtcDateTime()),
-        ]
-        assert len(outcome) == CLAIM_OUTCOME_WIDTH
         call = text(
             f"SELECT * FROM {name}(CAST(:t AS varchar), CAST(:worker AS varchar), :until, "
             "CAST(:n AS integer), :now, CAST(:max_keys AS integer), CAST(:window AS integer), "
             "CAST(:steps AS integer))"
         ).bindparams(bindparam("until", type_=UtcDateTime()), bindparam("now", type_=UtcDateTime()))
-        return call.columns(*outcome, *(column(c.name, c.type) for c in self.job_columns))
+        outcome = column("outcome", _JSONB)
+        return call.columns(outcome, *(column(c.name, c.type) for c in self.job_columns))
 
     def insert_first_jobs(self, job_rows: Sequence[Mapping[str, Any]]) -> Query:
         """Insert new chains and their first jobs, given the first jobs' rows (a

@@ -34,8 +34,7 @@ CREATE FUNCTION {fn}(
     p_type varchar, p_worker varchar, p_leased_until timestamptz, p_limit integer,
     p_now timestamptz, p_max_keys integer, p_unkeyed_window integer, p_rate_steps integer
 ) RETURNS TABLE (
-    control varchar, budget integer, rate_bound boolean, frees_at timestamptz,
-    picked integer, claimed_at timestamptz,
+    outcome jsonb,
     id varchar, type_name varchar, chain_id varchar, chain_index integer, input jsonb,
     output jsonb, status varchar, priority integer, created_at timestamptz,
     scheduled_at timestamptz, completed_at timestamptz, attempt integer,
@@ -301,7 +300,12 @@ BEGIN
          WHERE tc.type_name = p_type
            AND (v_save OR (v_window AND EXISTS (SELECT FROM claimed)))
     )
-    SELECT v_control, v_budget, v_rate_bound, v_frees_at, v_picked, v_now,
+    -- The outcome once, on one row: every further column costs the caller's driver
+    -- and SQLAlchemy work per call, and each value per row.
+    SELECT CASE WHEN row_number() OVER () = 1 THEN jsonb_build_object(
+               'control', v_control, 'budget', v_budget, 'rate_bound', v_rate_bound,
+               'frees_at', extract(epoch FROM v_frees_at), 'picked', v_picked,
+               'claimed_at', extract(epoch FROM v_now)) END,
            k.id, k.type_name, k.chain_id, k.chain_index, k.input, k.output, k.status,
            k.priority, k.created_at, k.scheduled_at, k.completed_at, k.attempt,
            k.max_attempts, k.last_error, k.leased_by, k.lease_token, k.leased_until,

@@ -189,30 +189,36 @@ async def test_a_handler_blocking_the_event_loop_is_logged_with_its_job_id(
         done = await client.await_chain(chain.id, timeout=10)
         await wait_until(lambda: any(e.kind == "loop_blocked" for e in events), timeout=2)
     assert done.output == "done, eventually"
-    (warning,) = [r for r in caplog.records if r.getMessage().startswith("event loop blocked")]
+    # A loaded machine may stall the loop on its own as well (0.7 s was seen in CI):
+    # such reports name no job, or not this one alone.
+    (warning,) = [
+        r
+        for r in caplog.records
+        if r.getMessage().startswith("event loop blocked")
+        and getattr(r, "job_ids", None) == [chain.id]
+    ]
     assert warning.levelno == logging.WARNING
-    assert warning.job_ids == [chain.id]  # type: ignore[attr-defined]
     assert chain.id in warning.getMessage()
     assert "asyncio.to_thread" in warning.getMessage()
-    (blocked,) = [e for e in events if e.kind == "loop_blocked"]
-    assert blocked.job_ids == (chain.id,)
-    assert blocked.lag is not None and 0.3 < blocked.lag <= 0.8 + 0.5
+    (blocked,) = [e for e in events if e.kind == "loop_blocked" and e.job_ids == (chain.id,)]
+    assert blocked.lag is not None and 0.3 < blocked.lag <= 0.8 + 2.0
 
 
 async def test_loop_watchdog_reports_late_wakeups_only() -> None:
     reports: list[tuple[float, frozenset[str]]] = []
+    # The threshold is above the stalls a loaded CI machine causes by itself (0.7 s).
     watchdog = LoopWatchdog(
-        0.4, on_lag=lambda lag, active: reports.append((lag, active)), active=lambda: ["job-1"]
+        1.5, on_lag=lambda lag, active: reports.append((lag, active)), active=lambda: ["job-1"]
     )
     watchdog.start()
     try:
         await asyncio.sleep(1.0)  # the loop is free: the watchdog wakes on time
         assert reports == []
-        time.sleep(1.0)  # noqa: ASYNC251  # blocks the loop
-        await wait_until(lambda: reports, timeout=2)
+        time.sleep(2.5)  # noqa: ASYNC251  # blocks the loop
+        await wait_until(lambda: reports, timeout=4)
     finally:
         await watchdog.close()
     ((lag, active),) = reports
-    assert 0.4 < lag < 1.5  # a wakeup due before the block is later still
+    assert 1.5 < lag < 4.0  # a wakeup due before the block is later still
     assert active == {"job-1"}
     assert watchdog._task is None

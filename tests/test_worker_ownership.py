@@ -113,7 +113,7 @@ async def test_a_dead_workers_jobs_are_reaped_while_a_backlog_keeps_every_slot_b
     # A backlog that outlasts the test: every claim fills the worker's only slot.
     await client.start_chains([ChainSpec("job", {"n": n}) for n in range(400)])
     async with Worker(client, {"job": handler}, concurrency=1, reap_interval=0.2):
-        done = await client.await_chain(dead.id, timeout=3.0)
+        done = await client.await_chain(dead.id, timeout=10.0)
         assert done.status == "completed"
         assert (await client.count_jobs()).get("pending", 0) > 100  # the backlog is still there
 

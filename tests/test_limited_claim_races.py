@@ -81,6 +81,19 @@ async def test_racing_claimers_never_exceed_concurrency(state: Any, claimers: li
     assert most == 3  # reached, never passed
 
 
+async def test_racing_claimers_never_exceed_concurrency_while_the_rate_window_moves(
+    state: Any, claimers: list[Any]
+) -> None:
+    # A step of the window every millisecond: claims within a step and a step's first
+    # claim (which moves the window's entries) race here.
+    await state.start_chains([NewChain(NewJob("t")) for _ in range(TOTAL)], notes=_notes())
+    await state.set_limits(
+        "t", concurrency=3, key_concurrency=None, rate=100_000, per_seconds=0.064, notes=_notes()
+    )
+    most, _ = await _race(claimers)
+    assert most == 3
+
+
 async def test_racing_claimers_never_exceed_key_concurrency(
     state: Any, claimers: list[Any]
 ) -> None:

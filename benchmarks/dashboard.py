@@ -25,7 +25,7 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from benchmarks import runner, services
+from benchmarks import runner, services, stacks
 from queuert_notify import ChainSpec, Client, InProcessNotifyAdapter, Worker
 from queuert_notify.dashboard import create_app
 from queuert_notify.events import WorkerEvent
@@ -178,8 +178,7 @@ async def _measure(
         return {name: results.medians(v.name) for name, v in variants.items()}
     finally:
         async with engine.begin() as conn:
-            for table in ("jobs", "chains", "blockers", "dedup_keys", "alembic_version"):
-                await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
+            await conn.run_sync(stacks.drop_prefixed, prefix)
         await engine.dispose()
 
 
@@ -235,8 +234,7 @@ def _write_cost_variant(
             }
         finally:
             async with engine.begin() as conn:
-                for table in ("jobs", "chains", "blockers", "dedup_keys", "alembic_version"):
-                    await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
+                await conn.run_sync(stacks.drop_prefixed, prefix)
             await engine.dispose()
 
     label = {"postgres": "Postgres", "sqlite": "SQLite"}[state_kind]

@@ -264,14 +264,15 @@ def _notify(kind: str, args: argparse.Namespace, prefix: str) -> NotifyAdapter:
 
 
 async def _drop_tables(engine: AsyncEngine, table_prefix: str) -> None:
-    """Drop only the tables that carry this stack's prefix."""
-
-    def drop(sync_conn: Any) -> None:
-        metadata = MetaData()
-        metadata.reflect(sync_conn, only=lambda name, _: name.startswith(table_prefix))
-        metadata.drop_all(sync_conn)
-        if sync_conn.dialect.name == "postgresql":  # migration 0007's function
-            sync_conn.exec_driver_sql(f'DROP FUNCTION IF EXISTS "{table_prefix}claim_limited"')
-
     async with engine.begin() as conn:
-        await conn.run_sync(drop)
+        await conn.run_sync(drop_prefixed, table_prefix)
+
+
+def drop_prefixed(sync_conn: Any, table_prefix: str) -> None:
+    """Drop only the tables that carry ``table_prefix`` (whichever the migrations
+    made) and, on Postgres, the claim function of migration 0007."""
+    metadata = MetaData()
+    metadata.reflect(sync_conn, only=lambda name, _: name.startswith(table_prefix))
+    metadata.drop_all(sync_conn)
+    if sync_conn.dialect.name == "postgresql":
+        sync_conn.exec_driver_sql(f'DROP FUNCTION IF EXISTS "{table_prefix}claim_limited"')

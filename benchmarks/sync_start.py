@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from benchmarks import runner, services
+from benchmarks import runner, services, stacks
 from queuert_notify.sync_client import SyncClient
 
 NAME = "sync-start"
@@ -78,15 +78,7 @@ def _client_variant(state: str, args: argparse.Namespace, folder: Path) -> runne
         finally:
             client.close()
             with engine.begin() as conn:
-                for table in (
-                    "blockers",
-                    "dedup_keys",
-                    "type_controls",
-                    "jobs",
-                    "chains",
-                    "alembic_version",
-                ):
-                    conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
+                stacks.drop_prefixed(conn, prefix)
             engine.dispose()
 
     return runner.Variant(f"{state}, SyncClient", one_round)

@@ -19,6 +19,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Dialect, Engine, ExceptionContext
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from state_adapters.connection_loss import sqlstate_of
 from state_adapters.errors import ConfigurationError
 from state_adapters.schema import Tables
 
@@ -46,7 +47,7 @@ def watch(engine: AsyncEngine | Engine, tables: Tables) -> None:
 def error(dialect: Dialect, exc: BaseException) -> ConfigurationError | None:
     """The ConfigurationError for ``exc`` (a driver error) when it says that a watched
     queue table does not exist; None for every other error."""
-    sqlstate = getattr(exc, "sqlstate", None)
+    sqlstate = sqlstate_of(exc)
     if dialect.name == "postgresql" and sqlstate == _UNDEFINED_TABLE:
         match = _POSTGRES_NAME.search(str(exc))
     elif dialect.name == "postgresql" and sqlstate == _UNDEFINED_FUNCTION:

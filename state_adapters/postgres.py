@@ -1,6 +1,6 @@
-"""Postgres (psycopg 3): how statements are shaped for it (:class:`PostgresSql`, see
-:class:`~state_adapters.sql_dialect.SqlDialect` for what each method promises) and
-how the adapter uses it (:class:`Postgres`, see
+"""Postgres (psycopg 3, asyncpg; psycopg2 for ``SyncClient``): how statements are
+shaped for it (:class:`PostgresSql`, see :class:`~state_adapters.sql_dialect.SqlDialect`
+for what each method promises) and how the adapter uses it (:class:`Postgres`, see
 :class:`~state_adapters.database.Database`)."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sqlalchemy.sql.elements import ColumnElement, TextClause
 from state_adapters.chain_statements import ChainStatements
 from state_adapters.compiled import CompiledStatements
 from state_adapters.completion import Completed, FinishedJob
+from state_adapters.connection_loss import sqlstate_of
 from state_adapters.database import Conn, Step, T
 from state_adapters.limited_claims import LimitedClaim, settled
 from state_adapters.model import JobRecord
@@ -107,7 +108,9 @@ class Postgres:
         self._pruning = PruningStatements(tables, dialect)
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
-        """Nothing to set: Postgres connections need no settings of the queue's."""
+        """No connection settings; the statements are compiled for ``engine``'s driver
+        (psycopg2 binds JSON and takes parameters unlike psycopg)."""
+        self.compiled = CompiledStatements(engine.dialect)
 
     async def in_transaction(self, conn: AsyncConnection, step: Step[T]) -> T:
         async with conn.begin():
@@ -203,4 +206,4 @@ class Postgres:
 
 
 def _sqlstate(exc: DBAPIError) -> str | None:
-    return getattr(exc.orig, "sqlstate", None)
+    return sqlstate_of(exc.orig)

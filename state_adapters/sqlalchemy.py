@@ -1,4 +1,5 @@
-"""The state adapter over SQLAlchemy's asyncio engine: Postgres (psycopg 3) and SQLite (aiosqlite).
+"""The state adapter over SQLAlchemy's asyncio engine: Postgres (psycopg 3 or asyncpg) and
+SQLite (aiosqlite).
 
 Guarantees (the conformance suite in ``queuert_notify.testing`` checks them):
 
@@ -28,6 +29,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
@@ -38,7 +40,7 @@ from state_adapters.chain_actions import ChainActions
 from state_adapters.chain_reads import ChainReads
 from state_adapters.completion import claim_jobs, complete, ownership_lost
 from state_adapters.connection_lanes import lanes_for
-from state_adapters.database import database_for
+from state_adapters.database import ASYNC_URLS, database_for
 from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.handler_transaction import HandlerTransaction
 from state_adapters.inspection import Inspection
@@ -92,10 +94,16 @@ class SqlAlchemyStateAdapter(
         sqlite_synchronous: SqliteSynchronous = SQLITE_SYNCHRONOUS,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
+            hint = (
+                f" ({engine.dialect.name}+{engine.dialect.driver}); a synchronous engine "
+                "belongs to queuert_notify.SyncClient"
+                if isinstance(engine, Engine)
+                else ""
+            )
             raise ConfigurationError(
                 "SqlAlchemyStateAdapter needs an AsyncEngine "
-                "(sqlalchemy.ext.asyncio.create_async_engine), "
-                f"got {type(engine).__name__}"
+                f"(sqlalchemy.ext.asyncio.create_async_engine) on {ASYNC_URLS}, "
+                f"got {type(engine).__name__}{hint}"
             )
         tables = make_tables(table_prefix, schema)
         database = database_for(engine, tables, sqlite_synchronous=sqlite_synchronous)

@@ -25,14 +25,14 @@ from queuert_notify import (
     SyncClient,
 )
 from queuert_notify.notify.redis_shared import channel_name
-from tests.support.queue_helpers import wait_until
+from tests.support.queue_helpers import STATE_KINDS, wait_until
 from tests.support.redis_helpers import wait_for_subscribers
 from tests.support.worker_processes import WorkerProcesses
 from tests.test_postgres_notify import listener_backends
 
 pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
 
-BOTH = pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
+BOTH = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_eight_threads_start_four_thousand_chains_and_none_is_lost(
 
 @pytest.mark.parametrize(
     ("state_kind", "notify_kind"),
-    [("postgres", "redis"), ("sqlite", "redis"), ("postgres", "noop")],
+    [("postgres", "redis"), ("asyncpg", "redis"), ("sqlite", "redis"), ("postgres", "noop")],
     indirect=True,
 )
 async def test_a_worker_process_runs_a_sync_started_job_within_the_wake_latency(

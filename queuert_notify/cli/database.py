@@ -85,7 +85,8 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
         return BadSettingError(
             ConfigurationError(
                 f"unsupported database URL {mask_url(database_url)!r} ({reason}); use "
-                "postgresql+psycopg://user@host/db or sqlite+aiosqlite:///jobs.db"
+                "postgresql+psycopg://, postgresql+asyncpg://, postgresql+psycopg2:// "
+                "(run on psycopg) or sqlite+aiosqlite:///jobs.db"
             )
         )
 
@@ -139,10 +140,12 @@ def _open_sqlite(path: str) -> None:
 
 
 def _async_url(url: str) -> str:
-    """Pick the async driver the project ships when the URL names none."""
+    """Pick the async driver the project ships when the URL names none, or names the
+    sync driver an application's own settings may hold (psycopg2: run on psycopg)."""
     for plain, with_driver in (
         ("postgres://", "postgresql+psycopg://"),
         ("postgresql://", "postgresql+psycopg://"),
+        ("postgresql+psycopg2://", "postgresql+psycopg://"),
         ("sqlite://", "sqlite+aiosqlite://"),
     ):
         if url.startswith(plain):

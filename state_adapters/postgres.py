@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement, TextClause
 
+from state_adapters import pooling
 from state_adapters.chain_statements import ChainStatements
 from state_adapters.compiled import CompiledStatements
 from state_adapters.completion import Completed, FinishedJob
@@ -106,11 +107,14 @@ class Postgres:
         self.compiled = CompiledStatements(engine.dialect)
         self._own = PostgresStatements(tables)
         self._pruning = PruningStatements(tables, dialect)
+        pooling.watch(engine)
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
         """No connection settings; the statements are compiled for ``engine``'s driver
-        (psycopg2 binds JSON and takes parameters unlike psycopg)."""
+        (psycopg2 binds JSON and takes parameters unlike psycopg); behind a pooler,
+        settings that would keep prepared statements are refused (:mod:`state_adapters.pooling`)."""
         self.compiled = CompiledStatements(engine.dialect)
+        pooling.watch(engine)
 
     async def in_transaction(self, conn: AsyncConnection, step: Step[T]) -> T:
         async with conn.begin():

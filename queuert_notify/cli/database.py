@@ -80,6 +80,7 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from state_adapters.database import check_supported
+    from state_adapters.drivers import POSTGRES_DRIVERS, driver_for
 
     def unsupported(reason: str) -> BadSettingError:
         return BadSettingError(
@@ -94,6 +95,11 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
         url = make_url(_async_url(database_url))
         if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
             raise unsupported("an in-memory SQLite database is private to one connection")
+        if url.get_backend_name() == "postgresql" and url.get_driver_name() in POSTGRES_DRIVERS:
+            # A command runs each statement a few times at most: nothing to gain from
+            # prepared statements, and these settings let it run through PgBouncer.
+            connect_args = driver_for(url.get_driver_name()).pooler_connect_args
+            options = {"connect_args": connect_args, **options}
         engine = create_async_engine(url, **options)
     except (ArgumentError, InvalidRequestError, ImportError) as exc:
         # ArgumentError: unparseable or unknown dialect; InvalidRequestError: a sync

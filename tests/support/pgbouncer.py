@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,10 +57,10 @@ class Bouncer:
 
 
 @contextmanager
-def own_pgbouncer(workdir: Path, postgres_url: str, *, pool_size: int = 10) -> Iterator[Bouncer]:
+def own_pgbouncer(postgres_url: str, *, pool_size: int = 10) -> Iterator[Bouncer]:
     """PgBouncer (``pool_mode = transaction``, ``default_pool_size = pool_size``) in front
-    of the Postgres of ``postgres_url``; skipped when it is not installed (failed under
-    ``CI=true``)."""
+    of the Postgres of ``postgres_url``, in a temp dir of its own (removed after);
+    skipped when it is not installed (failed under ``CI=true``)."""
     binary = shutil.which("pgbouncer") or (
         "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
     )
@@ -72,6 +73,7 @@ def own_pgbouncer(workdir: Path, postgres_url: str, *, pool_size: int = 10) -> I
     user = target.username or "postgres"
     database = target.database or "postgres"
     port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="pgbouncer-"))
     (workdir / "userlist.txt").write_text(f'"{user}" ""\n')
     (workdir / "pgbouncer.ini").write_text(
         f"""[databases]
@@ -97,6 +99,7 @@ pidfile = {workdir}/pgbouncer.pid
     )
     argv = [binary]
     if os.geteuid() == 0:  # PgBouncer refuses to run as root
+        # (mkdtemp's dir sits in /tmp, which that user can reach; pytest's is root's.)
         shutil.chown(workdir, "postgres")
         for name in ("userlist.txt", "pgbouncer.ini"):
             shutil.chown(workdir / name, "postgres")
@@ -116,3 +119,4 @@ pidfile = {workdir}/pgbouncer.pid
             process.kill()
             process.wait(10)
         log.close()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,25 @@
+"""psycopg 3 (sync and asyncio engines)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Psycopg:
+    """psycopg prepares a statement on the server once it ran ``prepare_threshold``
+    times (5 by default) on a connection, and keeps it for the connection's life."""
+
+    name = "psycopg"
+    pooler_connect_args: dict[str, Any] = {"prepare_threshold": None}
+
+    def keeps_prepared_statements(self, dbapi_connection: Any) -> bool:
+        return _driver(dbapi_connection).prepare_threshold is not None
+
+    def reported_backend_pid(self, dbapi_connection: Any) -> int:
+        return int(_driver(dbapi_connection).info.backend_pid)
+
+
+def _driver(dbapi_connection: Any) -> Any:
+    """The psycopg connection: SQLAlchemy's asyncio adapter wraps it, the sync dialect
+    hands it over as it is."""
+    return getattr(dbapi_connection, "driver_connection", dbapi_connection)

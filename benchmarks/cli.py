@@ -17,6 +17,7 @@ from benchmarks import (
     limits,
     notify_overhead,
     peer_queues,
+    pgbouncer,
     prune_impact,
     redis_cost,
     start_throughput,
@@ -48,6 +49,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     dashboard,
     prune_impact,
     peer_queues,
+    pgbouncer,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

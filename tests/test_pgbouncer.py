@@ -20,9 +20,10 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select, text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
 from queuert_notify import (
+    ChainNotFoundError,
     ChainSpec,
     Client,
     ConfigurationError,
@@ -91,13 +92,22 @@ async def test_the_queue_runs_through_pgbouncer(
     async with Client(state=state, notify=InProcessNotifyAdapter()) as client:
         await client.set_limits("limited", concurrency=2)
         parent = await client.start_chain("first", {"n": 0})
-        started = await client.start_chains(
-            [ChainSpec("first", {"n": n}) for n in range(1, 60)]
-            + [ChainSpec("limited", {"n": n}) for n in range(30)]
-        )
+        started = await client.start_chains([ChainSpec("first", {"n": n}) for n in range(1, 60)])
+        await client.start_chains([ChainSpec("limited", {"n": n}) for n in range(5)])
+        # The claim function of limited types, through PgBouncer: 2 of 5 at a time.
+        claimed = await state.acquire(["limited"], worker_id="w", lease_seconds=30, limit=5)
+        assert len(claimed) == 2
         blocked = await client.start_chain("first", {"n": -1}, blockers=[parent.id])
         again = await client.start_chain("first", {"n": 99}, dedup_key="once")
         assert (await client.start_chain("first", {}, dedup_key="once")).id == again.id
+        async with AsyncSession(pooled) as session:  # the queue's statement first in it
+            await session.begin()
+            dropped = await client.start_chain("first", {"n": 100}, session=session)
+            await session.rollback()
+        async with AsyncSession(pooled) as session, session.begin():
+            kept = await client.start_chain("first", {"n": 101}, session=session)
+        with pytest.raises(ChainNotFoundError):
+            await client.get_chain(dropped.id)
 
         async def first(job: Any, ctx: Any) -> Any:
             return ctx.continue_with("second", {"n": job.input["n"]})
@@ -106,15 +116,15 @@ async def test_the_queue_runs_through_pgbouncer(
             await ctx.session.execute(text("SELECT 1"))  # atomic mode: the handler's session
             return {"n": job.input["n"]}
 
-        async def limited(job: Any, ctx: Any) -> Any:
+        async def tick(job: Any, ctx: Any) -> Any:
             return None
 
-        handlers = {"first": first, "second": second, "limited": limited}
+        handlers = {"first": first, "second": second}
         # Far past psycopg's 5 runs before it would prepare a statement.
         ran = await run_until_idle(client, handlers, timeout=120)
-        chains = [parent, *started, blocked, again]
-        left = await client.count_jobs()
-        assert ran == 2 * 62 + 30, left  # two jobs per chain of "first", one per "limited"
+        chains = [parent, *started, blocked, again, kept]
+        left = {t: await client.count_jobs(type_names=[t]) for t in handlers}
+        assert ran == 2 * 63, left  # two jobs per chain
         for chain in chains:
             assert (await client.get_chain(chain.id)).status == "completed"
         assert await client.prune(older_than=timedelta(0)) == len(chains)
@@ -122,7 +132,7 @@ async def test_the_queue_runs_through_pgbouncer(
         # Schedules: one chain per tick, started through PgBouncer.
         worker = Worker(
             client,
-            {"tick": limited},
+            {"tick": tick},
             schedules=[Schedule("tick", "tick", every=timedelta(seconds=1))],
             poll_interval=0.2,
         )
@@ -192,8 +202,9 @@ async def test_an_engine_that_keeps_prepared_statements_is_refused_naming_the_se
         assert await conn.scalar(text(f"SELECT count(*) FROM {prefix}_jobs")) == 0
 
 
+@pytest.mark.parametrize("wake", ["pubsub", "lists"])
 async def test_a_worker_behind_pgbouncer_is_woken_by_redis_before_its_poll(
-    pooled: AsyncEngine, redis_url: str, prefix: str
+    pooled: AsyncEngine, redis_url: str, prefix: str, wake: Any
 ) -> None:
     state = SqlAlchemyStateAdapter(pooled, table_prefix=f"{prefix}_")
     await state.migrate()
@@ -203,8 +214,8 @@ async def test_a_worker_behind_pgbouncer_is_woken_by_redis_before_its_poll(
     async def handler(job: Any, ctx: Any) -> None:
         ran.append(job.id)
 
-    notify = RedisNotifyAdapter(redis_url, prefix=prefix)
-    producer_notify = RedisNotifyAdapter(redis_url, prefix=prefix)
+    notify = RedisNotifyAdapter(redis_url, prefix=prefix, wake=wake)
+    producer_notify = RedisNotifyAdapter(redis_url, prefix=prefix, wake=wake)
     try:
         async with (
             Client(state=counting, notify=notify) as client,

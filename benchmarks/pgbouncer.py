@@ -26,6 +26,7 @@ import json
 import random
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +247,7 @@ async def run(args: argparse.Namespace) -> str:
             runner.table(scale_rows, first_column="driver, fleet"),
         ],
         notes=[
-            f"PgBouncer 1.18 (Debian), Postgres "
+            f"asyncpg {metadata.version('asyncpg')}, PgBouncer 1.18 (Debian), Postgres "
             f"{await services.postgres_server_version(args.postgres_url)}, Redis "
             f"{await services.redis_server_version(args.redis_url)} on the same host",
             runner.machine_notes(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Select, bindparam, func, select, text, true, type_coerce
@@ -23,6 +24,7 @@ from state_adapters.compiled import CompiledStatements
 from state_adapters.completion import Completed, FinishedJob
 from state_adapters.connection_loss import sqlstate_of
 from state_adapters.database import Conn, Step, T
+from state_adapters.drivers import async_driver_for, run_on_driver
 from state_adapters.limited_claims import LimitedClaim, settled
 from state_adapters.model import JobRecord
 from state_adapters.postgres_statements import (
@@ -104,14 +106,17 @@ class Postgres:
         self.chains = ChainStatements(tables, dialect)
         self.reader = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.single_writer = self.reader
-        self.compiled = CompiledStatements(engine.dialect)
+        # The statements a worker repeats go to the driver connection itself.
+        driver = async_driver_for(engine.dialect.driver)
+        self.compiled = CompiledStatements(engine.dialect, partial(run_on_driver, driver))
         self._own = PostgresStatements(tables)
         self._pruning = PruningStatements(tables, dialect)
         pooling.watch(engine)
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
         """No connection settings; the statements are compiled for ``engine``'s driver
-        (psycopg2 binds JSON and takes parameters unlike psycopg); behind a pooler,
+        (psycopg2 binds JSON and takes parameters unlike psycopg) and sent through its
+        SQLAlchemy connections (the caller's thread, no event loop); behind a pooler,
         settings that would keep prepared statements are refused (:mod:`state_adapters.pooling`)."""
         self.compiled = CompiledStatements(engine.dialect)
         pooling.watch(engine)

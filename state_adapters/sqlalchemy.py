@@ -280,8 +280,11 @@ class SqlAlchemyStateAdapter(
         transaction of its own, on a held connection when one is free; raises
         ``JobOwnershipLostError`` when it changed nothing."""
 
+        compiled = self._db.compiled(write.statement)  # of fixed shape: renewals, progress
+
         async def step(conn: Conn) -> Any:
-            return (await conn.execute(*write)).first()
+            changed = await compiled.rows(conn, write.params)
+            return changed[0] if changed else None
 
         async with self._lanes.connection() as lane:
             if await self._db.in_transaction(lane, step) is None:

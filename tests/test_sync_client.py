@@ -185,7 +185,7 @@ def test_cancel_retry_and_await_from_sync_code(sync_engine: Engine, table_prefix
 def test_the_wrong_client_for_a_session_or_engine_is_a_type_error_that_names_the_right_one(
     sync_engine: Engine, engine: AsyncEngine, client: Client, table_prefix: str
 ) -> None:
-    with pytest.raises(TypeError, match=r"AsyncEngine use queuert_notify\.Client"):
+    with pytest.raises(TypeError, match=r"AsyncEngine .* belongs to queuert_notify\.Client"):
         SyncClient(engine)  # type: ignore[arg-type]
     sync_client = SyncClient(sync_engine, table_prefix=table_prefix)
     from sqlalchemy.ext.asyncio import AsyncSession

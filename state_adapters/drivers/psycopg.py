@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
 class Psycopg:
     """psycopg prepares a statement on the server once it ran ``prepare_threshold``
-    times (5 by default) on a connection, and keeps it for the connection's life."""
+    times (5 by default) on a connection, and keeps it for the connection's life.
+
+    Statements on the driver connection: psycopg opens a transaction on a connection's
+    first statement by itself (unless it is in autocommit), exactly as under SQLAlchemy,
+    whose ``begin()`` sends nothing; so a statement sent here joins the transaction
+    SQLAlchemy then commits or rolls back. The connection's ``prepare_threshold``
+    applies as to any statement."""
 
     name = "psycopg"
     pooler_connect_args: dict[str, Any] = {"prepare_threshold": None}
@@ -17,6 +24,13 @@ class Psycopg:
 
     def reported_backend_pid(self, dbapi_connection: Any) -> int:
         return int(_driver(dbapi_connection).info.backend_pid)
+
+    async def fetch(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
+        cursor = await dbapi_connection.driver_connection.execute(sql, arguments)
+        if cursor.description is None:
+            return ()
+        rows: Sequence[Any] = await cursor.fetchall()
+        return rows
 
 
 def _driver(dbapi_connection: Any) -> Any:

@@ -19,8 +19,9 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import func, select, text
+from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
 
 from queuert_notify import (
     ChainNotFoundError,
@@ -31,6 +32,7 @@ from queuert_notify import (
     PostgresNotifyAdapter,
     RedisNotifyAdapter,
     Schedule,
+    SyncClient,
     Worker,
 )
 from queuert_notify.cli import main
@@ -156,6 +158,40 @@ async def test_the_queue_runs_through_pgbouncer(
                 assert response.status_code == 200, path
                 assert "shown" in response.text
     assert bouncer.server_connections() <= 10
+
+
+@pytest.mark.parametrize(
+    ("sync_driver", "connect_args"),
+    [("psycopg2", {}), ("psycopg", POOLER_SETTINGS["psycopg"])],
+)
+def test_a_sync_client_enqueues_through_pgbouncer(
+    bouncer: Bouncer,
+    direct: AsyncEngine,
+    prefix: str,
+    sync_driver: str,
+    connect_args: dict[str, Any],
+) -> None:
+    engine = create_engine(bouncer.url(sync_driver), connect_args=connect_args)
+    try:
+        with SyncClient(engine, table_prefix=f"{prefix}_") as client:
+            client.migrate()
+            for n in range(20):  # past psycopg's 5 runs before it would prepare
+                with Session(engine) as session, session.begin():
+                    chain = client.start_chain("t", {"n": n}, session=session)
+                assert client.get_chain(chain.id).status == "pending"
+    finally:
+        engine.dispose()
+
+
+def test_a_sync_client_without_the_settings_is_refused_naming_them(
+    bouncer: Bouncer, direct: AsyncEngine, prefix: str
+) -> None:
+    engine = create_engine(bouncer.url("psycopg"))
+    try:
+        with pytest.raises(ConfigurationError, match="prepare_threshold"):
+            SyncClient(engine, table_prefix=f"{prefix}_").migrate()
+    finally:
+        engine.dispose()
 
 
 def test_the_cli_runs_through_pgbouncer(

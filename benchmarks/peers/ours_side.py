@@ -48,7 +48,8 @@ class OursSide:
     async def setup(self) -> None:
         dsn = self.args.dsn
         if self.args.state == "postgres":
-            dsn = make_url(dsn).set(drivername=f"postgresql+{self.args.driver}")
+            url = make_url(dsn).set(drivername=f"postgresql+{self.args.driver}")
+            dsn = url.render_as_string(hide_password=False)
         stack_args = argparse.Namespace(
             postgres_url=dsn,
             redis_url=self.args.redis_url,

@@ -18,6 +18,7 @@ queries.
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,6 +53,7 @@ class QueueTables:
         self.state = SqlAlchemyStateAdapter(twin, table_prefix=table_prefix)
         self.dialect = dialect
         self.compiled = CompiledStatements(dialect)
+        self.as_stored = _datetimes_as_stored if vendor == "sqlite" else _as_returned
 
     def on(self, cursor: Any) -> CursorConnection:
         """A connection for the state layer's calls on ``cursor`` (a Django cursor)."""
@@ -103,7 +105,7 @@ class CursorConnection(SyncConnection):
             return Rows([], self._cursor.rowcount)
         self._cursor.execute(compiled.sql, compiled.arguments(parameters or {}))
         rows = self._cursor.fetchall() if self._cursor.description is not None else []
-        return Rows(compiled.typed(rows), self._cursor.rowcount)
+        return Rows(compiled.typed(self._tables.as_stored(rows)), self._cursor.rowcount)
 
     async def scalar(self, statement: Any, parameters: Any = None) -> Any:
         return (await self.execute(statement, parameters)).scalar()
@@ -139,3 +141,16 @@ class Rows:
 
     def mappings(self) -> Rows:
         return Rows([row._asdict() for row in self._rows], self.rowcount)
+
+
+def _as_returned(rows: list[Any]) -> list[Any]:
+    return rows
+
+
+def _datetimes_as_stored(rows: list[Any]) -> list[Any]:
+    """SQLite: Django's connection converts DATETIME columns to ``datetime`` (its
+    converters); the statements' result processors parse the stored text."""
+    return [
+        [value.isoformat(" ") if isinstance(value, datetime) else value for value in row]
+        for row in rows
+    ]

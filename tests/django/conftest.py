@@ -17,9 +17,9 @@ import pytest
 
 pytest.importorskip("django")
 
-import psycopg  # noqa: E402
+import psycopg
 
-from tests.django.project import manage, write_project  # noqa: E402
+from tests.django.project import manage, write_project
 
 
 @dataclass

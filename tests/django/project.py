@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-SETTINGS = '''
+SETTINGS = """
 import os
 
 SECRET_KEY = "test"
@@ -49,7 +49,7 @@ TASKS = {
     "lite": {"BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
              "OPTIONS": {**_queue, "database": "lite"}},
 }
-'''
+"""
 
 MODELS = '''
 from django.db import models
@@ -74,7 +74,7 @@ class Router:
         return True
 '''
 
-TASKS = '''
+TASKS = """
 try:
     from django.tasks import task
 except ImportError:
@@ -123,9 +123,9 @@ def lite_count(key):
 @task(queue_name="other")
 def other_queue(key):
     return key
-'''
+"""
 
-VIEWS = '''
+VIEWS = """
 from django.db import transaction
 from django.http import JsonResponse
 
@@ -140,17 +140,17 @@ def create_order(request):
         if request.GET.get("fail"):
             raise RuntimeError("the view failed after enqueueing")
     return JsonResponse({"order": order.id, "task": result.id})
-'''
+"""
 
-URLS = '''
+URLS = """
 from django.urls import path
 
 from shop.views import create_order
 
 urlpatterns = [path("orders", create_order)]
-'''
+"""
 
-MANAGE = '''
+MANAGE = """
 import os
 import sys
 
@@ -159,7 +159,7 @@ if __name__ == "__main__":
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)
-'''
+"""
 
 
 def write_project(root: Path) -> None:

@@ -81,7 +81,6 @@ def test_a_view_that_raises_after_enqueueing_leaves_no_row_no_job_and_no_wakeup(
     django_project: Project, wakeups: list[str]
 ) -> None:
     from django.test import Client
-
     from shop.models import Order
     from shop.tasks import count_run
 
@@ -101,7 +100,6 @@ def test_a_committed_view_job_is_run_by_the_worker_and_its_result_read_back(
     django_project: Project, wakeups: list[str]
 ) -> None:
     from django.test import Client
-
     from shop.models import Order
     from shop.tasks import process_order
 
@@ -127,7 +125,6 @@ def test_a_committed_job_runs_within_a_second_of_the_commit_with_a_60s_poll(
     django_project: Project,
 ) -> None:
     from django.db import transaction
-
     from shop.tasks import count_run
 
     worker = django_project.start_worker()
@@ -143,7 +140,6 @@ def test_a_committed_job_runs_within_a_second_of_the_commit_with_a_60s_poll(
 
 def test_a_thousand_enqueues_from_four_threads_run_once_each(django_project: Project) -> None:
     from django.db import connections, transaction
-
     from shop.models import Run
     from shop.tasks import count_run
 
@@ -220,6 +216,7 @@ def test_invalid_tasks_and_arguments_are_refused_before_anything_is_written(
     django_project: Project,
 ) -> None:
     from shop.tasks import count_run
+
     from queuert_notify.contrib.django.tasks_api import InvalidTask
 
     jobs = job_count()
@@ -235,8 +232,8 @@ def test_invalid_tasks_and_arguments_are_refused_before_anything_is_written(
 def test_priority_run_after_and_queue_map_onto_the_job(django_project: Project) -> None:
     from django.db import connections
     from django.utils import timezone
-
     from shop.tasks import count_run, other_queue
+
     from queuert_notify.contrib.django.tasks_api import TaskResultDoesNotExist
 
     later = timezone.now() + timedelta(hours=1)
@@ -266,7 +263,6 @@ def test_sqlite_jobs_commit_with_the_rows_and_run_in_a_worker(
     django_project: Project, wakeups: list[str]
 ) -> None:
     from django.db import transaction
-
     from shop.models import Run
     from shop.tasks import lite_count
 

@@ -18,8 +18,8 @@ queries.
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite

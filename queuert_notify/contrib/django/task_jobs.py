@@ -140,4 +140,5 @@ def _local(value: datetime | None) -> datetime | None:
     """Aware UTC times, or naive local ones when ``USE_TZ`` is off (as Django's own)."""
     if value is None or settings.USE_TZ:
         return value
-    return timezone.make_naive(value)
+    naive: datetime = timezone.make_naive(value)
+    return naive

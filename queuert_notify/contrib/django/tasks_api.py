@@ -21,21 +21,21 @@ try:
     from django.tasks.signals import task_enqueued
     from django.utils.json import normalize_json
 except ImportError:
-    from django_tasks import (  # type: ignore[no-redef]
+    from django_tasks import (
         DEFAULT_TASK_QUEUE_NAME,
         TaskContext,
         TaskResult,
         TaskResultStatus,
         task_backends,
     )
-    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-    from django_tasks.base import Task, TaskError  # type: ignore[no-redef]
-    from django_tasks.exceptions import (  # type: ignore[no-redef]
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskError
+    from django_tasks.exceptions import (
         InvalidTaskError as InvalidTask,
     )
-    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
-    from django_tasks.signals import task_enqueued  # type: ignore[no-redef]
-    from django_tasks.utils import normalize_json  # type: ignore[no-redef]
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued
+    from django_tasks.utils import normalize_json
 
 __all__ = [
     "DEFAULT_TASK_QUEUE_NAME",

@@ -7,7 +7,7 @@ from django.db import migrations
 from queuert_notify.contrib.django.schema import migrate_queue_tables
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]
     # The queue's migrations run on a connection of their own, in their own transaction.
     atomic = False
     initial = True

@@ -27,9 +27,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             metavar="NAME",
             help="a task queue to run (repeatable; default: every queue of the backend)",
         )
-        parser.add_argument(
-            "--processes", type=int, default=1, help="worker processes (default 1)"
-        )
+        parser.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
         parser.add_argument(
             "--concurrency", type=int, default=10, help="tasks run at once per process"
         )

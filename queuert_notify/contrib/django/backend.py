@@ -112,7 +112,9 @@ class QueuertTaskBackend(BaseTaskBackend):  # type: ignore[misc]
         tables = self._tables(alias)
         with connections[alias].cursor() as cursor:
             try:
-                job = run_to_completion(tables.state.get_job(result_id, session=tables.on(cursor)))
+                job = run_to_completion(
+                    tables.state.get_job(result_id, session=tables.reading(cursor))
+                )
             except (JobNotFoundError, ChainNotFoundError):
                 raise TaskResultDoesNotExist(f"no task result with id {result_id!r}") from None
         return task_result(job, self.alias)

@@ -56,7 +56,11 @@ class QueueTables:
         self.as_stored = _datetimes_as_stored if vendor == "sqlite" else _as_returned
 
     def on(self, cursor: Any) -> CursorConnection:
-        """A connection for the state layer's calls on ``cursor`` (a Django cursor)."""
+        """A connection for the state layer's writes on ``cursor`` (a Django cursor)."""
+        return CursorConnection(cursor, self)
+
+    def reading(self, cursor: Any) -> CursorConnection:
+        """A connection for the state layer's reads on ``cursor`` (JSON decoded)."""
         if self.dialect.name == "postgresql":
             # Django loads JSON as text (its JSONField decodes it); the queue's
             # statements read it as psycopg does by default. This cursor only.

@@ -155,4 +155,11 @@ async def run(args: argparse.Namespace) -> str:
             "one thread, Redis wakeups on:",
             runner.table(rows, first_column="database"),
         ],
+        notes=[f"Django {_django_version()}", runner.machine_notes()],
     )
+
+
+def _django_version() -> str:
+    import django
+
+    return django.get_version()

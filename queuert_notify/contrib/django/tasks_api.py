@@ -8,7 +8,6 @@ from typing import Any
 
 try:
     from django.tasks import (
-        DEFAULT_TASK_QUEUE_NAME,
         Task,
         TaskContext,
         TaskResult,
@@ -22,7 +21,6 @@ try:
     from django.utils.json import normalize_json
 except ImportError:
     from django_tasks import (
-        DEFAULT_TASK_QUEUE_NAME,
         TaskContext,
         TaskResult,
         TaskResultStatus,
@@ -38,7 +36,6 @@ except ImportError:
     from django_tasks.utils import normalize_json
 
 __all__ = [
-    "DEFAULT_TASK_QUEUE_NAME",
     "BaseTaskBackend",
     "InvalidTask",
     "Task",

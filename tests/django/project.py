@@ -75,12 +75,26 @@ class Router:
 '''
 
 TASKS = """
+from django.dispatch import receiver
+
 try:
     from django.tasks import task
+    from django.tasks.signals import task_finished, task_started
 except ImportError:
     from django_tasks import task
+    from django_tasks.signals import task_finished, task_started
 
 from shop.models import Order, Run
+
+
+@receiver(task_started)
+def record_start(sender, task_result, **kwargs):
+    Run.objects.create(key=f"started:{task_result.id}:{task_result.status}")
+
+
+@receiver(task_finished)
+def record_finish(sender, task_result, **kwargs):
+    Run.objects.create(key=f"finished:{task_result.id}:{task_result.status}")
 
 
 @task(priority=10)

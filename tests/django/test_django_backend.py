@@ -199,6 +199,16 @@ def test_a_failing_task_retries_with_backoff_then_fails_with_its_error(
     assert "no such thing: doomed" in error.traceback
     with pytest.raises(ValueError, match="failed"):
         doomed.return_value  # noqa: B018
+    # The Tasks API's signals: started before every attempt, finished once.
+    signals = [
+        key for key in Run.objects.filter(key__contains=flaky.id).values_list("key", flat=True)
+    ] + list(Run.objects.filter(key__contains=doomed.id).values_list("key", flat=True))
+    assert sorted(signals) == sorted(
+        [f"started:{flaky.id}:RUNNING"] * 3
+        + [f"finished:{flaky.id}:SUCCESSFUL"]
+        + [f"started:{doomed.id}:RUNNING"] * 3
+        + [f"finished:{doomed.id}:FAILED"]
+    )
 
 
 def test_async_tasks_run_on_the_worker(django_project: Project) -> None:

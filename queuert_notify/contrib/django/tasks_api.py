@@ -17,7 +17,7 @@ try:
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued
+    from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 except ImportError:
     from django_tasks import (
@@ -32,7 +32,7 @@ except ImportError:
         InvalidTaskError as InvalidTask,
     )
     from django_tasks.exceptions import TaskResultDoesNotExist
-    from django_tasks.signals import task_enqueued
+    from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 
 __all__ = [
@@ -47,6 +47,8 @@ __all__ = [
     "normalize_json",
     "task_backends",
     "task_enqueued",
+    "task_finished",
+    "task_started",
 ]
 
 

@@ -6,18 +6,22 @@ function with Django's database connections closed and reopened around it as Dja
 does around a request (``close_old_connections``): a plain function in a thread, a
 coroutine function on the worker's loop. A task that raises is retried with the
 queue's backoff until ``max_attempts``, then FAILED with its traceback; a job whose
-task cannot be imported fails at once.
+task cannot be imported fails at once. The Tasks API's ``task_started`` signal is sent
+before every attempt, ``task_finished`` after a success and after the last failed
+attempt, on the thread (or loop) the task runs on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import traceback
 from collections.abc import Sequence
 from inspect import iscoroutinefunction
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
+from django.utils import timezone
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify.client import Client
@@ -31,10 +35,14 @@ from queuert_notify.contrib.django.task_jobs import (
 )
 from queuert_notify.contrib.django.tasks_api import (
     TaskContext,
+    TaskError,
+    TaskResult,
     TaskResultStatus,
     normalize_json,
     set_field,
     task_backends,
+    task_finished,
+    task_started,
 )
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.jobs import Job, JobContext
@@ -125,21 +133,29 @@ class TaskRunner:
             raise ConfigurationError(f"job {job.id} names no runnable task: {exc}") from None
         progress = started(self.worker_id)
         await ctx.set_progress(progress)
+        result = self._running(job, progress)
         args: list[Any] = list(payload["args"])
         kwargs: dict[str, Any] = dict(payload["kwargs"])
         if task.takes_context:
-            args.insert(0, TaskContext(task_result=self._running(job, progress)))
-        if iscoroutinefunction(task.func):
-            await sync_to_async(close_old_connections)()
+            args.insert(0, TaskContext(task_result=result))
+        last = job.max_attempts is not None and job.attempt >= job.max_attempts
+        if not iscoroutinefunction(task.func):
+            return await asyncio.to_thread(_call, task.func, args, kwargs, result, last)
+        await sync_to_async(close_old_connections)()
+        try:
+            await task_started.asend(QueuertTaskBackend, task_result=result)
             try:
-                value = await task.func(*args, **kwargs)
-            finally:
-                await sync_to_async(close_old_connections)()
-        else:
-            value = await asyncio.to_thread(_call, task.func, args, kwargs)
-        return normalize_json(value)
+                value = normalize_json(await task.func(*args, **kwargs))
+            except Exception as exc:
+                if last:
+                    await task_finished.asend(QueuertTaskBackend, task_result=_failed(result, exc))
+                raise
+            await task_finished.asend(QueuertTaskBackend, task_result=_succeeded(result, value))
+            return value
+        finally:
+            await sync_to_async(close_old_connections)()
 
-    def _running(self, job: Job, progress: dict[str, str]) -> Any:
+    def _running(self, job: Job, progress: dict[str, str]) -> TaskResult:
         """The task's result as it is during this attempt (for ``TaskContext``)."""
         record = JobRecord(
             id=job.id,
@@ -162,16 +178,44 @@ class TaskRunner:
             deduplication_key=None,
             progress=progress,
         )
-        result = task_result(record, self.backend_alias)
-        set_field(result, "status", TaskResultStatus.RUNNING)
-        return result
+        return task_result(record, self.backend_alias)
 
 
-def _call(func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+def _call(
+    func: Any, args: list[Any], kwargs: dict[str, Any], result: TaskResult, last: bool
+) -> Any:
     """A sync task in a worker thread, between the connection clean-ups Django does
     around a request (the thread's connections are its own)."""
     close_old_connections()
     try:
-        return func(*args, **kwargs)
+        task_started.send(QueuertTaskBackend, task_result=result)
+        try:
+            value = normalize_json(func(*args, **kwargs))
+        except Exception as exc:
+            if last:
+                task_finished.send(QueuertTaskBackend, task_result=_failed(result, exc))
+            raise
+        task_finished.send(QueuertTaskBackend, task_result=_succeeded(result, value))
+        return value
     finally:
         close_old_connections()
+
+
+def _succeeded(result: TaskResult, value: Any) -> TaskResult:
+    set_field(result, "status", TaskResultStatus.SUCCESSFUL)
+    set_field(result, "finished_at", timezone.now())
+    set_field(result, "_return_value", value)
+    return result
+
+
+def _failed(result: TaskResult, exc: BaseException) -> TaskResult:
+    set_field(result, "status", TaskResultStatus.FAILED)
+    set_field(result, "finished_at", timezone.now())
+    kind = type(exc)
+    result.errors.append(
+        TaskError(
+            exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+            traceback="".join(traceback.format_exception(exc)),
+        )
+    )
+    return result

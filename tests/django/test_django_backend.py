@@ -96,6 +96,27 @@ def test_a_view_that_raises_after_enqueueing_leaves_no_row_no_job_and_no_wakeup(
     assert wakeups == ["django:default"]
 
 
+def test_a_rolled_back_savepoint_drops_its_job_and_its_wakeup(
+    django_project: Project, wakeups: list[str]
+) -> None:
+    from django.db import transaction
+    from shop.tasks import count_run
+
+    from queuert_notify.contrib.django.tasks_api import TaskResultDoesNotExist
+
+    with transaction.atomic():
+        kept = count_run.enqueue("kept")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            dropped = count_run.enqueue("dropped")
+            raise RuntimeError("the savepoint rolls back")
+    assert count_run.get_result(kept.id).status == "READY"
+    with pytest.raises(TaskResultDoesNotExist):
+        count_run.get_result(dropped.id)
+    wait_until(lambda: len(wakeups) >= 1, timeout=10)
+    time.sleep(0.2)
+    assert wakeups == ["django:default"]
+
+
 def test_a_committed_view_job_is_run_by_the_worker_and_its_result_read_back(
     django_project: Project, wakeups: list[str]
 ) -> None:

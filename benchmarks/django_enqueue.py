@@ -2,8 +2,9 @@
 ``Model.objects.create()`` of one row in the same transaction.
 
 Every transaction does both, timed separately: ``with transaction.atomic():
-Row.objects.create(...); task.enqueue(...)`` (every other transaction enqueues first, so
-neither pays the first statement of the transaction alone). Redis wakeups on: the
+Row.objects.create(...); task.enqueue(...)``, every other transaction enqueueing first.
+An untimed ``SELECT 1`` opens each transaction, so neither measure carries the BEGIN
+that psycopg sends before the transaction's first statement. Redis wakeups on: the
 publish goes to the sender thread after COMMIT, off both measures. A Postgres database
 of the run's own (dropped afterwards) and a SQLite file (WAL, ``BEGIN IMMEDIATE``).
 """
@@ -88,7 +89,7 @@ def _setup(args: argparse.Namespace, database: str, folder: Path) -> None:
 
 def _variant(alias: str, label: str, transactions: int) -> runner.Variant:
     async def one_round() -> runner.Figures:
-        from django.db import transaction
+        from django.db import connections, transaction
 
         from benchmarks.django_app.models import Row
         from benchmarks.django_app.tasks import make_task
@@ -98,6 +99,8 @@ def _variant(alias: str, label: str, transactions: int) -> runner.Variant:
         enqueues: list[float] = []
         for index in range(transactions):
             with transaction.atomic(using=alias):
+                with connections[alias].cursor() as cursor:
+                    cursor.execute("SELECT 1")
                 if index % 2:
                     began = time.perf_counter()
                     task.enqueue(index)
@@ -151,8 +154,8 @@ async def run(args: argparse.Namespace) -> str:
         "Django: enqueue inside atomic() next to Model.objects.create()",
         [
             f"Medians over {args.rounds} alternating rounds of {args.transactions:,} "
-            "transactions, each doing one create() and one enqueue() (order alternating), "
-            "one thread, Redis wakeups on:",
+            "transactions, each opened by an untimed SELECT 1, then doing one create() and "
+            "one enqueue() (order alternating), one thread, Redis wakeups on:",
             runner.table(rows, first_column="database"),
         ],
         notes=[f"Django {_django_version()}", runner.machine_notes()],

@@ -4,6 +4,9 @@ and SQLite), results read back through the Tasks API."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -319,3 +322,18 @@ def test_sqlite_jobs_commit_with_the_rows_and_run_in_a_worker(
     assert Run.objects.using("lite").filter(key="lite-key").count() == 1
     wait_until(lambda: len(wakeups) >= 1, timeout=10)
     assert wakeups == ["django:default"]
+
+
+def test_the_worker_command_refuses_an_unknown_queue_in_one_line(django_project: Project) -> None:
+    done = subprocess.run(
+        [sys.executable, "manage.py", "queuert_worker", "--queue=nowhere"],
+        cwd=django_project.root,
+        env={**os.environ, **django_project.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "CommandError: queue(s) nowhere are not in TASKS['default']['QUEUES'] (default, other)"
+    )

@@ -62,6 +62,18 @@ def _setup(args: argparse.Namespace, database: str, folder: Path) -> None:
                 "HOST": args.pg.host,
                 "PORT": str(args.pg.port or 5432),
             },
+            # The same database with prepared statements (Django disables them by
+            # default, for connection poolers): psycopg prepares the queue's statement
+            # and Django's INSERT after five runs.
+            "prepared": {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": database,
+                "USER": args.pg.username,
+                "PASSWORD": args.pg.password or "",
+                "HOST": args.pg.host,
+                "PORT": str(args.pg.port or 5432),
+                "OPTIONS": {"server_side_binding": True, "prepare_threshold": 5},
+            },
             "lite": {
                 "ENGINE": "django.db.backends.sqlite3",
                 "NAME": str(folder / "bench.sqlite3"),
@@ -75,6 +87,10 @@ def _setup(args: argparse.Namespace, database: str, folder: Path) -> None:
             "default": {
                 "BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
                 "OPTIONS": queue,
+            },
+            "prepared": {
+                "BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
+                "OPTIONS": {**queue, "database": "prepared"},
             },
             "lite": {
                 "BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
@@ -140,6 +156,7 @@ async def run(args: argparse.Namespace) -> str:
         _setup(args, database, Path(tempfile.mkdtemp()))
         variants = [
             _variant("default", "Postgres (psycopg 3)", args.transactions),
+            _variant("prepared", "Postgres, prepared statements", args.transactions),
             _variant("lite", "SQLite", args.transactions),
         ]
         results = await runner.alternate(variants, args.rounds)

@@ -337,3 +337,18 @@ def test_the_worker_command_refuses_an_unknown_queue_in_one_line(django_project:
     assert done.stderr.strip().splitlines()[-1] == (
         "CommandError: queue(s) nowhere are not in TASKS['default']['QUEUES'] (default, other)"
     )
+
+
+def test_aenqueue_and_aget_result_work_from_async_code(django_project: Project) -> None:
+    import asyncio
+
+    from shop.tasks import count_run
+
+    async def enqueue_and_read() -> tuple[str, str]:
+        result = await count_run.aenqueue("from-async")
+        stored = await count_run.aget_result(result.id)
+        return result.id, stored.status
+
+    task_id, status = asyncio.run(enqueue_and_read())
+    assert status == "READY"
+    assert count_run.get_result(task_id).args == ["from-async"]

@@ -17,7 +17,10 @@ def test_importing_every_state_adapters_module_loads_nothing_of_queuert_notify()
         for info in pkgutil.walk_packages(state_adapters.__path__, "state_adapters.")
         if ".migrations.versions" not in info.name and not info.name.endswith("migrations.env")
     ]
-    assert "state_adapters.sqlalchemy" in modules and "state_adapters.after_commit" in modules
+    assert (
+        "state_adapters.sqlalchemy" in modules
+        and "state_adapters.transactions.after_commit" in modules
+    )
     probe = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"

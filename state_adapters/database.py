@@ -19,8 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 
 from state_adapters.errors import ConfigurationError, mask_url
+from state_adapters.postgres.database import Postgres
 from state_adapters.schema import Tables
 from state_adapters.sqlite.connections import SqliteSynchronous, check_synchronous
+from state_adapters.sqlite.database import Sqlite
 from state_adapters.sqlite.driver import DriverTransaction
 from state_adapters.statements.chains import ChainStatements
 from state_adapters.statements.compiled import CompiledStatement
@@ -140,11 +142,7 @@ def database_for(
     check_supported(engine)
     check_synchronous(sqlite_synchronous)
     if engine.dialect.name == "postgresql":
-        from state_adapters.postgres.database import Postgres
-
         return Postgres(engine, tables)
-    from state_adapters.sqlite.database import Sqlite
-
     return Sqlite(engine, tables, synchronous=sqlite_synchronous)
 
 

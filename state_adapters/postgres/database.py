@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, bindparam, func, select, text, true, type_coerce
 from sqlalchemy.dialects import postgresql
@@ -17,7 +17,6 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement, TextClause
 
-from state_adapters.database import Conn, Step, T
 from state_adapters.model import JobRecord
 from state_adapters.postgres.statements import (
     NEEDS_TRANSACTION,
@@ -30,6 +29,9 @@ from state_adapters.statements.queue import JOB_FIELDS, Statements
 from state_adapters.steps.completion import Completed, FinishedJob
 from state_adapters.steps.limited_claims import LimitedClaim, settled
 from state_adapters.steps.pruning import PruningStatements
+
+if TYPE_CHECKING:
+    from state_adapters.database import Conn, Step, T
 
 # SQLSTATEs after which the whole transaction may simply be retried.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}

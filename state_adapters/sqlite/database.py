@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
@@ -32,7 +32,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement, TextClause, UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
-from state_adapters.database import Conn, Step, T
 from state_adapters.model import JobRecord
 from state_adapters.schema import Tables, UtcDateTime
 from state_adapters.sqlite.connections import READ_ONLY, SqliteSynchronous, configure_engine
@@ -45,6 +44,9 @@ from state_adapters.steps.completion import Completed, FinishedJob
 from state_adapters.steps.finishing import finalize
 from state_adapters.steps.limited_claims import LimitedClaim, claim_type
 from state_adapters.steps.pruning import PruningStatements, prune_chains
+
+if TYPE_CHECKING:
+    from state_adapters.database import Conn, Step, T
 
 
 class SqliteSql:

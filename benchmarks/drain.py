@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from sqlalchemy import select
 
 from benchmarks import runner, stacks
-from queuert_notify.client.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker, WorkerMode

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from benchmarks import runner
-from queuert_notify.client.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.jobs import Job
 from queuert_notify.observe import instrumentation
 from state_adapters.model import StartedChain

@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from benchmarks import runner, services, stacks
 from benchmarks.drain import fill
-from queuert_notify.client.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker

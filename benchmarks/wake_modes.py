@@ -32,7 +32,8 @@ from contextlib import AsyncExitStack
 from redis.asyncio import Redis
 
 from benchmarks import herd, runner, stacks
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.redis.adapter import RedisNotifyAdapter, WakeMode

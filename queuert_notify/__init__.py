@@ -2,7 +2,8 @@
 
 from typing import TYPE_CHECKING, Any
 
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.errors import (
     ChainInUseError,
     ChainNotFoundError,

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Handler, Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter

@@ -46,7 +46,7 @@ from state_adapters.validation import MAX_TRACE_CONTEXT_LENGTH, check_seconds
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from queuert_notify.client.client import ChainSpec
+    from queuert_notify.client.chain_spec import ChainSpec
     from queuert_notify.jobs import Job
     from state_adapters.model import StartedChain
     from state_adapters.protocol import StateAdapter

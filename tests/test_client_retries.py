@@ -26,7 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only
 
 from queuert_notify import NoopNotifyAdapter
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.testing import Recorder
 from state_adapters.ids import new_id
 from state_adapters.model import NewChain, NewJob

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker

@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import Column, MetaData, String, Table, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Handler, Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter

@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.in_process import InProcessNotifyAdapter

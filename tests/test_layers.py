@@ -45,25 +45,27 @@ def test_the_state_layers_errors_are_the_ones_users_catch() -> None:
 
 
 _WORKER_MODULES = [
-    "worker",
-    "worker_settings",
-    "startup_checks",
-    "wake_policy",
-    "wake_subscriptions",
-    "slots",
-    "claimer",
-    "completion_batcher",
-    "job_run",
-    "lease_keeper",
-    "job_outcome",
-    "reaper",
-    "schedules",
-    "pruner",
-    "shutdown",
+    "worker/worker",
+    "worker/settings",
+    "worker/startup_checks",
+    "worker/wake_policy",
+    "worker/wake_subscriptions",
+    "worker/slots",
+    "worker/claimer",
+    "worker/completion_batcher",
+    "worker/job_run",
+    "worker/job_execution",
+    "worker/lease_keeper",
+    "worker/job_outcome",
+    "worker/shutdown",
+    "maintenance/reaper",
+    "maintenance/schedules",
+    "maintenance/pruner",
+    "maintenance/services",
 ]
 
 
-@pytest.mark.parametrize("module", ["client", *_WORKER_MODULES])
+@pytest.mark.parametrize("module", ["client/client", "client/chain_spec", *_WORKER_MODULES])
 def test_the_client_and_the_worker_import_no_sqlalchemy_and_probe_nothing(module: str) -> None:
     """Sessions, retries and after-commit plumbing belong to the state layer, and the
     state adapter's capabilities are declared by its protocol, not probed."""

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from queuert_notify import ChainNotFoundError, Client, InvalidInputError, Worker
-from queuert_notify.client.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.testing import run_until_idle
 from tests.support.queue_helpers import wait_until

@@ -33,7 +33,8 @@ from queuert_notify import (
     RedisNotifyAdapter,
 )
 from queuert_notify.cli import main as cli
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.redis.adapter import WakeMode
 from queuert_notify.testing import Recorder

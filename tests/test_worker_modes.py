@@ -12,7 +12,8 @@ from sqlalchemy import Column, MetaData, String, Table, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.errors import JobOwnershipLostError
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext

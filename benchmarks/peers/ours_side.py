@@ -25,7 +25,7 @@ from sqlalchemy import text
 
 from benchmarks import stacks
 from benchmarks.peers import workloads
-from queuert_notify.client.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker

@@ -4,6 +4,7 @@ May import the package root (errors, jobs, events), `observe`, `notify`, `mainte
 and `state_adapters`; never `worker`.
 """
 
-from queuert_notify.client.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 
 __all__ = ["ChainSpec", "Client"]

@@ -12,10 +12,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.client.operations import QueueOperations
 from queuert_notify.errors import (
     ChainNotFoundError,
@@ -34,7 +34,6 @@ from state_adapters.model import (
     DedupScope,
     JobRecord,
     JobStatus,
-    NewChain,
     Page,
     StartedChain,
 )
@@ -43,7 +42,7 @@ from state_adapters.protocol import StateAdapter
 from state_adapters.transactions.after_commit import buffer_for_transaction
 from state_adapters.transactions.connection_loss import retry_on_connection_loss
 from state_adapters.transactions.lost_commit import start_again
-from state_adapters.validation import check_json, new_chain, new_job
+from state_adapters.validation import check_json
 
 if TYPE_CHECKING:
     from state_adapters.protocol import CallerSession
@@ -59,49 +58,6 @@ chain-completed notification costs at most this much latency."""
 
 CLOSE_FLUSH_LIMIT = 5.0
 """Seconds ``Client.close()`` waits for owed notifications to be sent."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChainSpec:
-    """One chain to start with :meth:`Client.start_chains`; fields as in
-    :meth:`Client.start_chain`."""
-
-    type_name: str
-    input: Any = None
-    dedup_key: str | None = None
-    dedup_scope: DedupScope = "incomplete"
-    dedup_window: float | None = None
-    run_at: datetime | None = None
-    delay: float | None = None
-    priority: int = 0
-    blockers: Sequence[str] = ()
-    max_attempts: int | None = DEFAULT_MAX_ATTEMPTS
-    concurrency_key: str | None = None
-
-    def to_new_chain(
-        self, chain_id: str | None = None, *, trace_context: str | None = None
-    ) -> NewChain:
-        """Validate and convert, with ``chain_id`` as the chain's id (``None``: the state
-        adapter makes one) and ``trace_context`` stored with its first job; raises
-        ``InvalidInputError`` before anything is written."""
-        job = new_job(
-            self.type_name,
-            self.input,
-            run_at=self.run_at,
-            delay=self.delay,
-            priority=self.priority,
-            max_attempts=self.max_attempts,
-            trace_context=trace_context,
-            concurrency_key=self.concurrency_key,
-        )
-        return new_chain(
-            job,
-            dedup_key=self.dedup_key,
-            dedup_scope=self.dedup_scope,
-            dedup_window=self.dedup_window,
-            blockers=self.blockers,
-            chain_id=chain_id,
-        )
 
 
 class Client(QueueOperations):

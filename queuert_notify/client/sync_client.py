@@ -10,7 +10,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from queuert_notify.client.client import CLOSE_FLUSH_LIMIT, DEFAULT_AWAIT_POLL_INTERVAL, ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import CLOSE_FLUSH_LIMIT, DEFAULT_AWAIT_POLL_INTERVAL
 from queuert_notify.client.sync_announcers import announcer_for
 from queuert_notify.errors import InvalidInputError, WaitChainTimeoutError
 from queuert_notify.observe import instrumentation

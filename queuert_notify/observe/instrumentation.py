@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from queuert_notify.client.client import ChainSpec
+    from queuert_notify.client.chain_spec import ChainSpec
     from queuert_notify.jobs import Job
     from state_adapters.model import StartedChain
     from state_adapters.protocol import StateAdapter

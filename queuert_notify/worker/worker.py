@@ -14,18 +14,16 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
 from datetime import timedelta
-from typing import Any
 
 from queuert_notify.client.client import CLOSE_FLUSH_LIMIT, Client
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.events import EventEmitter, WorkerEvent
-from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
-from queuert_notify.maintenance.pruner import Pruner
-from queuert_notify.maintenance.reaper import Reaper
-from queuert_notify.maintenance.schedules import Schedule, Scheduler
-from queuert_notify.notify.protocol import Unsubscribe
+from queuert_notify.jobs import Handler, HandlerRegistry, Job
+from queuert_notify.maintenance.schedules import Schedule
+from queuert_notify.maintenance.services import MaintenanceServices
 from queuert_notify.observe import instrumentation
 from queuert_notify.worker.claimer import Claimer
+from queuert_notify.worker.job_execution import JobExecution
 from queuert_notify.worker.job_outcome import OutcomeWriter
 from queuert_notify.worker.job_run import JobRun
 from queuert_notify.worker.lease_keeper import LeaseKeeper
@@ -145,13 +143,6 @@ class Worker:
         self.jitter = jitter
         self.on_event = on_event
         self._emit = EventEmitter(on_event, worker_id=self.worker_id)
-        self._no_session_reason = (
-            "ctx.session exists only in atomic mode; this worker runs in staged mode "
-            "(Worker(..., mode='atomic') to write in the completion's transaction)"
-            if mode == "staged"
-            else f"ctx.session needs a state adapter with handler transactions; "
-            f"{type(client.state).__name__} has none"
-        )
 
         # What the loop reads: free slots, a reason to claim (the wake policy, set by
         # hints, reconnects, finished runs and timers through _wake), a stop request.
@@ -178,24 +169,16 @@ class Worker:
         self._leases = LeaseKeeper(
             client.state, lease, lambda: self._slots, worker_id=self.worker_id
         )
-        self._reaper = Reaper(
+        self._maintenance = MaintenanceServices(
             client,
             self.type_names,
-            interval=self.reap_interval,
+            reap_interval=self.reap_interval,
             jitter=jitter,
+            schedules=settings.schedules,
+            retention=settings.retention,
             reaped=lambda job_id: self._emit("reaped", job_id=job_id),
             woke=self._on_reconnect,
             worker_id=self.worker_id,
-        )
-        self._scheduler = (
-            Scheduler(client, settings.schedules, worker_id=self.worker_id)
-            if settings.schedules
-            else None
-        )
-        self._pruner = (
-            Pruner(client, settings.retention, jitter=jitter, worker_id=self.worker_id)
-            if settings.retention is not None
-            else None
         )
         self._watchdog = (
             LoopWatchdog(loop_lag_threshold, on_lag=self._on_loop_lag, active=self._slots.job_ids)
@@ -203,9 +186,9 @@ class Worker:
             else None
         )
         self._timers: list[asyncio.Task[None]] = []
-        # Built by run(): the writes of claims and completions, and of outcomes.
+        # Built by run(): the writes of claims and completions, and each job's run.
         self._claimer: Claimer | None = None
-        self._outcomes: OutcomeWriter | None = None
+        self._execution: JobExecution | None = None
         self._run_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -257,7 +240,7 @@ class Worker:
             max_batch=self.settings.completion_batch_size,
             max_delay=self.settings.completion_linger,
         )
-        self._outcomes = OutcomeWriter(
+        outcomes = OutcomeWriter(
             self.client,
             claimer.batcher,
             emit=self._emit,
@@ -265,6 +248,15 @@ class Worker:
             continued=self._continued,
             retry_backoff=self.retry_backoff,
             worker_id=self.worker_id,
+        )
+        self._execution = JobExecution(
+            self.client,
+            self.registry,
+            self.settings,
+            subscriptions=self._subscriptions,
+            leases=self._leases,
+            outcomes=outcomes,
+            emit=self._emit,
         )
         with stop_signals(self._on_signal, enabled=handle_signals):
             try:
@@ -298,14 +290,8 @@ class Worker:
         ``run()`` ends (:meth:`_release`)."""
         self._timers = [
             asyncio.create_task(self._leases.run(), name="queuert-lease-renewer"),
-            asyncio.create_task(self._reaper.run(), name="queuert-reaper"),
+            *self._maintenance.start(),
         ]
-        if self._scheduler is not None:
-            self._timers.append(
-                asyncio.create_task(self._scheduler.run(), name="queuert-scheduler")
-            )
-        if self._pruner is not None:
-            self._timers.append(asyncio.create_task(self._pruner.run(), name="queuert-pruner"))
         if self._watchdog is not None:
             self._watchdog.start()
 
@@ -488,7 +474,10 @@ class Worker:
         )
         self._leases.granted(run, claimed_at)
         self._slots.take(run)
-        run.task = asyncio.create_task(self._execute(run), name=f"queuert-job-{record.id}")
+        assert self._execution is not None
+        run.task = asyncio.create_task(
+            self._execution.execute(run), name=f"queuert-job-{record.id}"
+        )
         run.task.add_done_callback(lambda _: self._slot_freed(self._slots.remove(run)))
 
     def _release_slot(self, run: JobRun) -> None:
@@ -496,53 +485,6 @@ class Worker:
         if run.holds_slot:
             self._slot_freed(self._slots.release(run))
 
-    async def _execute(self, run: JobRun) -> None:
-        job = run.job
-        run.trace = instrumentation.active().running(job, run.trace_context)
-        ctx = JobContext(
-            job,
-            state=self.client.state,
-            worker_id=self.worker_id,
-            lease_token=run.lease_token,
-            lease_seconds=self.lease,
-            transaction=self.client.state.handler_transaction() if self.mode == "atomic" else None,
-            no_session_reason=self._no_session_reason,
-            on_progress=lambda progress: self._emit("progress", job, progress=progress),
-            on_lease_renewed=lambda until: self._leases.renewed(run, until),
-            trace=run.trace,
-        )
-        self._emit("started", job)
-        unsubscribe: Unsubscribe | None = None
-        try:
-            with run.trace:
-                unsubscribe = await self._subscriptions.listen_for_ownership_loss(
-                    job.id,
-                    lambda: self._leases.check_ownership(run),
-                    _job_extra(job, self.worker_id),
-                )
-                result, error = await run.run_handler(
-                    run.trace.handling(lambda: self.registry.call(run.job, ctx)),
-                    self.handler_timeout,
-                )
-                assert self._outcomes is not None
-                await self._outcomes.finish(run, ctx, result, error)
-        finally:
-            await run.cancel_checks()
-            if ctx.transaction is not None:
-                await ctx.transaction.close()
-            if unsubscribe is not None:
-                with suppress(Exception):
-                    await unsubscribe()
-
     def _on_loop_lag(self, lag: float, job_ids: frozenset[str]) -> None:
         running = warn_blocked(lag, job_ids, worker_id=self.worker_id)
         self._emit("loop_blocked", lag=lag, job_ids=running)
-
-
-def _job_extra(job: Job, worker_id: str) -> dict[str, Any]:
-    return {
-        "job_id": job.id,
-        "type_name": job.type_name,
-        "attempt": job.attempt,
-        "worker_id": worker_id,
-    }

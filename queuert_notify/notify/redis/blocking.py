@@ -7,7 +7,7 @@ from redis import Redis
 
 from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis.lists import TOKEN_CAP
+from queuert_notify.notify.redis.lists_wire import TOKEN_CAP
 from queuert_notify.notify.redis.shared import (
     NOTIFY_JOBS_SCHEDULED,
     PUSH_WAKE_TOKENS,

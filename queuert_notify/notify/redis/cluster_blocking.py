@@ -23,8 +23,8 @@ from queuert_notify.notify.redis.cluster import (
     cluster_name,
     scheduled_by_slot,
 )
-from queuert_notify.notify.redis.lists import token_pushes
 from queuert_notify.notify.redis.lists_lines import ClusterKeys
+from queuert_notify.notify.redis.lists_wire import token_pushes
 from queuert_notify.notify.redis.shared import (
     PUSH_WAKE_TOKENS,
     blocking_connection_retry,

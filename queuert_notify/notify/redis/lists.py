@@ -1,22 +1,7 @@
 """Durable wake tokens on Redis lists: the ``wake="lists"`` mode of ``RedisNotifyAdapter``.
 
-The reliable-queue pattern applied to wakeups. Wire layout (``{t}`` is a type name;
-on a Redis Cluster it is the type as a hash tag, ``{<type>}`` with literal braces,
-so every key of one type lives in one slot):
-
-=======================================  ============  ==================================
-key                                      type          holds
-=======================================  ============  ==================================
-``{prefix}:wake:{t}``                    list          wake tokens (``"1"``), at most
-                                                       :data:`TOKEN_CAP`; TTL 60 s
-                                                       from the last push
-``{prefix}:wake:{t}:issued``             string        ``issued`` / ``overflow``: tokens
-                                                       were pushed in the last 60 s
-``{prefix}:wake:{t}:proc:{consumer}``    list          tokens one consumer moved and has
-                                                       not acknowledged yet
-``{prefix}:wake:{t}:consumers``          sorted set    consumer id -> server time (ms)
-                                                       until which it is alive
-=======================================  ============  ==================================
+The reliable-queue pattern applied to wakeups; the keys are in
+:mod:`~queuert_notify.notify.redis.lists_wire`.
 
 - ``notify_jobs_scheduled(counts)`` pushes ``counts[t]`` tokens per type in one script
   (``lua/push_wake_tokens.lua``) per *lane*, all sent at once; nothing is published.
@@ -50,12 +35,11 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from queuert_notify.notify.payloads import decode_text, encode_payload, scheduled_counts
+from queuert_notify.notify.payloads import decode_text, encode_payload
 from queuert_notify.notify.protocol import (
     HINT_TTL_SECONDS,
     SignalCallback,
@@ -64,18 +48,16 @@ from queuert_notify.notify.protocol import (
 )
 from queuert_notify.notify.redis.lists_lines import (
     BLOCK_TIMEOUT,
-    BlockingLine,
-    LaneKeys,
+    Lane,
     ListsPlacement,
 )
+from queuert_notify.notify.redis.lists_wire import ConsumerKeys, Heartbeat, token_pushes
 from queuert_notify.notify.redis.shared import (
     PUSH_WAKE_TOKENS,
     RETURN_WAKE_TOKENS,
     TAKE_WAKE_TOKEN,
     WAKE_HEARTBEAT,
-    ScriptCall,
     all_at_once,
-    consumers_key,
     issued_key,
     processing_key,
     token_list_key,
@@ -85,9 +67,6 @@ from state_adapters.backoff import Backoff
 
 logger = logging.getLogger(__name__)
 
-TOKEN_CAP = 10_000
-"""No token list holds more tokens: a burst beyond it marks the list ``overflow`` and
-consumers that find it empty wake anyway until the marker expires (60 s)."""
 DEFAULT_CONSUMER_TIMEOUT = 10.0
 """Seconds without a heartbeat after which a consumer's moved tokens are returned."""
 
@@ -95,33 +74,6 @@ _TOKEN = "1"
 _IN_FLIGHT_WAIT = 1.0  # seconds consume waits for a token its own blocking move took
 _STOP_GRACE = 2.0  # seconds a loop gets to stop before it is cancelled
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
-
-
-def token_pushes(prefix: str, counts: Mapping[str, int], keys: LaneKeys) -> list[ScriptCall]:
-    """The calls of ``push_wake_tokens.lua`` adding ``counts[t]`` tokens for every type
-    ``t``: one per lane involved (none for no count above 0). Every name and count is
-    checked first (``InvalidInputError``)."""
-    by_lane: dict[int, ScriptCall] = {}
-    for name, count in scheduled_counts(counts).items():
-        tag = keys.tag(name)
-        tokens = token_list_key(prefix, tag)
-        call_keys, args = by_lane.setdefault(keys.lane(tokens), ([], [HINT_TTL_SECONDS, TOKEN_CAP]))
-        call_keys += [tokens, issued_key(prefix, tag)]
-        args.append(count)
-    return list(by_lane.values())
-
-
-@dataclass(eq=False)
-class _Lane:
-    """Types whose keys share a slot (every type, on one server), the connection one
-    blocking command waits on them with, and the loop sending it."""
-
-    key: int
-    line: BlockingLine
-    types: list[str] = field(default_factory=list)
-    task: asyncio.Task[None] | None = None
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    client_id: int | None = None  # of the line's connection, to unblock it
 
 
 class RedisWakeLists:
@@ -151,18 +103,15 @@ class RedisWakeLists:
         self._prefix = prefix
         self._address = address
         self._ready = ready
-        self._timeout = consumer_timeout
         self.consumer = uuid.uuid4().hex[:16]
         self._listener = SharedListener(self._start_type, self._stop_type)
-        self._lanes: dict[int, _Lane] = {}
-        self._lane_of: dict[str, _Lane] = {}  # by type listened to
+        self._lanes: dict[int, Lane] = {}
+        self._lane_of: dict[str, Lane] = {}  # by type listened to
         self._held: Counter[str] = Counter()
         self._granted: Counter[str] = Counter()
         self._registered: Counter[TypeNameCallback] = Counter()
         self._free: dict[TypeNameCallback, int] = {}
         self._changed = asyncio.Event()
-        self._heart: asyncio.Task[None] | None = None
-        self._heart_stop = asyncio.Event()
         self._arrival = asyncio.Event()
         self._reconnect_callbacks: dict[int, SignalCallback] = {}
         self._next_callback_id = 0
@@ -172,6 +121,14 @@ class RedisWakeLists:
         self._take = commands.register_script(TAKE_WAKE_TOKEN)
         self._beat = commands.register_script(WAKE_HEARTBEAT)
         self._give_back = commands.register_script(RETURN_WAKE_TOKENS)
+        self._keys = ConsumerKeys(prefix, placement, self.consumer, consumer_timeout)
+        self._heart = Heartbeat(
+            self._beat,
+            self._keys,
+            lambda: [list(lane.types) for lane in self._lanes.values()],
+            address=address,
+            name=f"queuert-notify wake heartbeat {prefix}",
+        )
 
     # -- producing -------------------------------------------------------------------
 
@@ -243,7 +200,7 @@ class RedisWakeLists:
         if granted:
             async with self._commands.pipeline(transaction=False) as pipe:
                 for type_name, count in granted.items():
-                    pipe.lrem(self._processing(type_name), count, _TOKEN)
+                    pipe.lrem(self._keys.processing(type_name), count, _TOKEN)
                 await pipe.execute()
         await self._return_surplus()
 
@@ -303,7 +260,7 @@ class RedisWakeLists:
         lanes = list(self._lanes.values())
         try:
             await asyncio.gather(*(self._stop_lane(lane) for lane in lanes))
-            await self._stop_heart()
+            await self._heart.stop()
             await self._listener.dispose()
         finally:
             # Also when the caller's close timeout cut the give-backs short (a master
@@ -318,20 +275,18 @@ class RedisWakeLists:
     async def _start_type(self, type_name: str) -> None:
         """Register this consumer on ``type_name`` (so a reaper knows its processing
         list) before any token can be moved there, then block on it too."""
-        await self._beat(keys=self._beat_keys([type_name]), args=self._beat_args([type_name]))
-        tokens = self._tokens(type_name)
+        await self._beat(
+            keys=self._keys.beat_keys([type_name]), args=self._keys.beat_args([type_name])
+        )
+        tokens = self._keys.tokens(type_name)
         key = self._placement.lane(tokens)
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(key, self._placement.line(tokens))
+            lane = self._lanes[key] = Lane(key, self._placement.line(tokens))
         lane.types.append(type_name)
         self._lane_of[type_name] = lane
         await self._restart(lane)
-        if self._heart is None:
-            stop = self._heart_stop = asyncio.Event()
-            self._heart = asyncio.create_task(
-                self._heartbeat_loop(stop), name=f"queuert-notify wake heartbeat {self._prefix}"
-            )
+        self._heart.start()
 
     async def _stop_type(self, type_name: str) -> None:
         lane = self._lane_of.pop(type_name, None)
@@ -344,15 +299,15 @@ class RedisWakeLists:
                     self._lost.discard(lane.key)
                     await lane.line.close()
                 if not self._lanes:
-                    await self._stop_heart()
+                    await self._heart.stop()
         self._held.pop(type_name, None)
         self._granted.pop(type_name, None)
         try:
             await self._give_back(
                 keys=[
-                    self._processing(type_name),
-                    self._tokens(type_name),
-                    self._consumers(type_name),
+                    self._keys.processing(type_name),
+                    self._keys.tokens(type_name),
+                    self._keys.consumers(type_name),
                 ],
                 args=[0, self.consumer, HINT_TTL_SECONDS],
             )
@@ -363,7 +318,7 @@ class RedisWakeLists:
                 extra={"address": self._address, "type_name": type_name, "error": repr(exc)},
             )
 
-    async def _restart(self, lane: _Lane) -> None:
+    async def _restart(self, lane: Lane) -> None:
         """Restart the lane's blocking loop on its current types."""
         await self._stop_lane(lane)
         if lane.types and not self._closed:
@@ -372,7 +327,7 @@ class RedisWakeLists:
                 self._block_loop(lane, stop), name=f"queuert-notify wake lists {self._prefix}"
             )
 
-    async def _stop_lane(self, lane: _Lane) -> None:
+    async def _stop_lane(self, lane: Lane) -> None:
         """Stop the lane's loop. Cooperatively: redis-py may hold (or swallow) the
         cancellation of a command it is reading, so the loop is told to stop and the
         blocking command is ended by ``CLIENT UNBLOCK``; cancelling is the fallback."""
@@ -392,16 +347,7 @@ class RedisWakeLists:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
-    async def _stop_heart(self) -> None:
-        task, self._heart = self._heart, None
-        if task is None:
-            return
-        self._heart_stop.set()
-        await asyncio.wait([task], timeout=_STOP_GRACE)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    async def _block_loop(self, lane: _Lane, stop: asyncio.Event) -> None:
+    async def _block_loop(self, lane: Lane, stop: asyncio.Event) -> None:
         """Move tokens of the lane's types while listeners want them, until ``stop``;
         never dies of a lost connection."""
         backoff = Backoff(_BACKOFF_FIRST, _BACKOFF_MAX)
@@ -432,21 +378,21 @@ class RedisWakeLists:
                 continue
             backoff.reset()
 
-    async def _move_one(self, lane: _Lane) -> str | None:
+    async def _move_one(self, lane: Lane) -> str | None:
         """Block until a token of one of the lane's types is ours; its type, or None."""
         types = list(lane.types)
         if len(types) == 1:
             [type_name] = types
             token = await lane.line.call(
                 "BLMOVE",
-                self._tokens(type_name),
-                self._processing(type_name),
+                self._keys.tokens(type_name),
+                self._keys.processing(type_name),
                 "LEFT",
                 "RIGHT",
                 BLOCK_TIMEOUT,
             )
             return type_name if token is not None else None
-        by_key = {self._tokens(name): name for name in types}
+        by_key = {self._keys.tokens(name): name for name in types}
         reply = await lane.line.call(
             "BLMPOP", BLOCK_TIMEOUT, len(by_key), *by_key, "LEFT", "COUNT", 1
         )
@@ -458,7 +404,7 @@ class RedisWakeLists:
         type_name = popped
         # Not atomic with the pop: a consumer killed during this one round trip loses
         # the token (its job is still found by a catch-up poll).
-        await lane.line.call("RPUSH", self._processing(type_name), *reply[1])
+        await lane.line.call("RPUSH", self._keys.processing(type_name), *reply[1])
         return type_name
 
     async def _arrived(self, type_name: str) -> None:
@@ -471,7 +417,7 @@ class RedisWakeLists:
             return
         self._listener.dispatch(type_name, type_name, type_name)
 
-    async def _sync(self, lane: _Lane) -> None:
+    async def _sync(self, lane: Lane) -> None:
         """Connect where the lane's keys live, learn the connection's id, re-register
         on every type and adopt tokens in our processing lists we do not know of
         (moved while a blocking command was being interrupted)."""
@@ -479,10 +425,10 @@ class RedisWakeLists:
         if not types:
             return
         lane.client_id = await lane.line.open()
-        await self._beat(keys=self._beat_keys(types), args=self._beat_args(types))
+        await self._beat(keys=self._keys.beat_keys(types), args=self._keys.beat_args(types))
         async with self._commands.pipeline(transaction=False) as pipe:
             for type_name in types:
-                pipe.llen(self._processing(type_name))
+                pipe.llen(self._keys.processing(type_name))
             lengths = await pipe.execute()
         for type_name, length in zip(types, lengths, strict=True):
             unknown = int(length) - self._held[type_name] - self._granted[type_name]
@@ -502,40 +448,16 @@ class RedisWakeLists:
             surplus -= count
             await self._give_back(
                 keys=[
-                    self._processing(type_name),
-                    self._tokens(type_name),
-                    self._consumers(type_name),
+                    self._keys.processing(type_name),
+                    self._keys.tokens(type_name),
+                    self._keys.consumers(type_name),
                 ],
                 args=[count, self.consumer, HINT_TTL_SECONDS],
             )
 
-    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
-        """Keep this consumer alive and return the tokens of dead ones (one script per
-        lane, all at once), until ``stop``."""
-        while True:
-            with suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._timeout / 3)
-            if stop.is_set():
-                return
-            beats = [
-                self._beat(keys=self._beat_keys(types), args=self._beat_args(types))
-                for types in (list(lane.types) for lane in self._lanes.values())
-                if types
-            ]
-            try:
-                returned = sum(int(n) for n in await all_at_once(beats))
-            except Exception as exc:
-                logger.debug("wake heartbeat failed: %r", exc)
-                continue
-            if returned:
-                logger.info(
-                    "returned wake tokens of stopped consumers",
-                    extra={"address": self._address, "tokens": returned},
-                )
-
     # -- connection state --------------------------------------------------------------
 
-    def _lose(self, lane: _Lane, exc: Exception) -> None:
+    def _lose(self, lane: Lane, exc: Exception) -> None:
         """The lane's connection failed: poll now (once for every lost lane at a time)."""
         first = not self._lost
         self._lost.add(lane.key)
@@ -546,7 +468,7 @@ class RedisWakeLists:
             )
             self._fire_reconnect()
 
-    def _restored(self, lane: _Lane) -> None:
+    def _restored(self, lane: Lane) -> None:
         """The lane blocks again: poll now if it was the last one lost."""
         if lane.key not in self._lost:
             return
@@ -567,26 +489,6 @@ class RedisWakeLists:
         if any(callback not in self._free for callback in self._registered):
             return math.inf
         return sum(self._free.values())
-
-    def _tokens(self, type_name: str) -> str:
-        return token_list_key(self._prefix, self._placement.tag(type_name))
-
-    def _processing(self, type_name: str, consumer: str | None = None) -> str:
-        tag = self._placement.tag(type_name)
-        return processing_key(self._prefix, tag, self.consumer if consumer is None else consumer)
-
-    def _consumers(self, type_name: str) -> str:
-        return consumers_key(self._prefix, self._placement.tag(type_name))
-
-    def _beat_keys(self, types: Sequence[str]) -> list[str]:
-        keys: list[str] = []
-        for name in types:
-            keys += [self._consumers(name), self._tokens(name), self._processing(name)]
-        return keys
-
-    def _beat_args(self, types: Sequence[str]) -> list[str | int]:
-        prefixes = [self._processing(name, "") for name in types]
-        return [self.consumer, int(self._timeout * 1000), HINT_TTL_SECONDS, *prefixes]
 
     def _fire_reconnect(self) -> None:
         for callback in list(self._reconnect_callbacks.values()):

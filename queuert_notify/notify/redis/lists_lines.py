@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import suppress
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from redis.asyncio import ConnectionPool, Redis
@@ -187,3 +188,16 @@ class _ClusterLine:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose(close_connection_pool=True)
+
+
+@dataclass(eq=False)
+class Lane:
+    """Types whose keys share a slot (every type, on one server), the connection one
+    blocking command waits on them with, and the loop sending it."""
+
+    key: int
+    line: BlockingLine
+    types: list[str] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    client_id: int | None = None  # of the line's connection, to unblock it

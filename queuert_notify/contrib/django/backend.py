@@ -18,8 +18,8 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
-from queuert_notify import instrumentation
-from queuert_notify.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.sync_announcers import announcer_for
 from queuert_notify.contrib.django.options import BackendOptions
 from queuert_notify.contrib.django.statements import QueueTables, queue_tables
 from queuert_notify.contrib.django.task_jobs import (
@@ -37,12 +37,12 @@ from queuert_notify.contrib.django.tasks_api import (
     task_enqueued,
 )
 from queuert_notify.errors import ChainNotFoundError, ConfigurationError, JobNotFoundError
-from queuert_notify.notify.redis import RedisNotifyAdapter
-from queuert_notify.sync_announcers import announcer_for
+from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
+from queuert_notify.observe import instrumentation
 from state_adapters.ids import new_id
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.sync_bridge import run_to_completion
-from state_adapters.sync_state import Announcer
+from state_adapters.sync.bridge import run_to_completion
+from state_adapters.sync.state import Announcer
 
 
 class QueuertTaskBackend(BaseTaskBackend):  # type: ignore[misc]

@@ -9,9 +9,9 @@ from typing import Any
 from django.conf import settings
 from sqlalchemy import create_engine
 
+from queuert_notify.client.sync_client import SyncClient
 from queuert_notify.contrib.django.databases import engine_url
 from queuert_notify.contrib.django.options import BackendOptions
-from queuert_notify.sync_client import SyncClient
 
 BACKEND = "queuert_notify.contrib.django.QueuertTaskBackend"
 

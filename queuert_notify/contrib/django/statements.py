@@ -1,7 +1,7 @@
 """The queue's own statements, run on a Django connection's cursor.
 
 The state layer writes and reads chains with coroutines that await only the
-connection they are given (see :mod:`state_adapters.sync_bridge`). Here that
+connection they are given (see :mod:`state_adapters.sync.bridge`). Here that
 connection is a Django cursor: every statement is compiled once per database from
 the state layer's SQLAlchemy Core definitions and sent with ``cursor.execute``, so it
 runs on the Django connection of the task's database alias, in whatever transaction
@@ -27,9 +27,9 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify.errors import ConfigurationError
-from state_adapters.compiled import CompiledStatements
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from state_adapters.sync_bridge import SyncConnection
+from state_adapters.statements.compiled import CompiledStatements
+from state_adapters.sync.bridge import SyncConnection
 
 
 class QueueTables:

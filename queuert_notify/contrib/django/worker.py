@@ -24,7 +24,7 @@ from django.db import close_old_connections, connections
 from django.utils import timezone
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.contrib.django.backend import QueuertTaskBackend
 from queuert_notify.contrib.django.databases import engine_url
 from queuert_notify.contrib.django.task_jobs import (
@@ -48,8 +48,8 @@ from queuert_notify.errors import ConfigurationError
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter
-from queuert_notify.notify.redis import RedisNotifyAdapter
-from queuert_notify.worker import Worker
+from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
+from queuert_notify.worker.worker import Worker
 from state_adapters.model import JobRecord
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 

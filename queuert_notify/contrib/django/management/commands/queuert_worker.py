@@ -70,7 +70,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             raise CommandError(str(exc)) from None
 
     def _supervise(self, processes: int, options: dict[str, Any]) -> int:
-        from queuert_notify.supervisor import Supervisor
+        from queuert_notify.worker.supervisor import Supervisor
 
         command = [
             sys.executable,

@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.util import greenlet_spawn
 
-from state_adapters import missing_tables
+from state_adapters.migrations import missing_tables
 
 
 class Driver(Protocol):
@@ -82,9 +82,10 @@ async def run_on_driver(
     """``sql`` on the driver connection under ``conn``, in ``conn``'s transaction (the
     caller's session's, or the adapter's own), as SQLAlchemy would run it but without its
     per-statement work: the engine's ``before_cursor_execute`` / ``after_cursor_execute``
-    listeners are called (with no cursor, and a blank object as the context), a driver error is
-    raised as ``DBAPIError`` (a missing queue table as :mod:`state_adapters.missing_tables`
-    says) and a disconnect invalidates the connection."""
+    listeners are called (with no cursor, and a blank object as the context), a driver
+    error is raised as ``DBAPIError`` (a missing queue table as
+    :mod:`state_adapters.migrations.missing_tables` says) and a disconnect invalidates the
+    connection."""
     fairy = await conn.get_raw_connection()
     dbapi_connection = fairy.dbapi_connection
     sync = conn.sync_connection

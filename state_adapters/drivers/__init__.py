@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any, Protocol, cast
 
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.util import greenlet_spawn
 
 from state_adapters.migrations import missing_tables
+from state_adapters.sync.bridge import SyncConnection
 
 
 class Driver(Protocol):
@@ -52,6 +54,16 @@ class AsyncDriver(Driver, Protocol):
         ...
 
 
+class SyncDriver(Driver, Protocol):
+    """A driver of SQLAlchemy's sync engines (``SyncClient``)."""
+
+    def fetch_sync(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
+        """Run ``sql`` (compiled for this driver) with ``arguments`` on
+        ``dbapi_connection``, in its transaction (the driver opens one on a connection's
+        first statement, as under SQLAlchemy), and return its rows."""
+        ...
+
+
 POSTGRES_DRIVERS = ("psycopg", "asyncpg", "psycopg2")
 """SQLAlchemy's names of the Postgres drivers the queue accepts."""
 
@@ -63,6 +75,17 @@ def driver_for(name: str) -> Driver:
 
         return Psycopg2()
     return async_driver_for(name)
+
+
+def sync_driver_for(name: str) -> SyncDriver:
+    """The sync Postgres driver SQLAlchemy calls ``name`` (psycopg or psycopg2)."""
+    if name == "psycopg2":
+        from state_adapters.drivers.psycopg2 import Psycopg2
+
+        return Psycopg2()
+    from state_adapters.drivers.psycopg import Psycopg
+
+    return Psycopg()
 
 
 def async_driver_for(name: str) -> AsyncDriver:
@@ -105,21 +128,53 @@ async def run_on_driver(
             await greenlet_spawn(event, sync, None, sql, arguments, context, False)
         return rows
     except dialect.loaded_dbapi.Error as exc:
-        missing = missing_tables.error(dialect, exc)
-        if missing is not None:
-            raise missing from None
-        disconnect = dialect.is_disconnect(exc, dbapi_connection, None)
-        wrapped = cast(
-            DBAPIError,
-            DBAPIError.instance(
-                sql,
-                arguments,
-                exc,
-                dialect.loaded_dbapi.Error,
-                connection_invalidated=disconnect,
-                dialect=dialect,
-            ),
-        )
-        if disconnect and not conn.invalidated:
+        wrapped = _wrapped(sync, dbapi_connection, exc, sql, arguments)
+        if wrapped.connection_invalidated and not conn.invalidated:
             await conn.invalidate(exc)
         raise wrapped from exc
+
+
+async def run_on_sync_driver(
+    driver: SyncDriver, conn: SyncConnection, sql: str, arguments: Any
+) -> Sequence[Any]:
+    """:func:`run_on_driver` for ``SyncClient``: on the sync driver connection under
+    ``conn``, on the calling thread; awaits nothing (see
+    :func:`state_adapters.sync.bridge.run_to_completion`)."""
+    sync = conn.sync_connection
+    dbapi_connection = sync.connection.dbapi_connection
+    try:
+        context = SimpleNamespace()
+        if sync.dispatch.before_cursor_execute:
+            sync.dispatch.before_cursor_execute(sync, None, sql, arguments, context, False)
+        rows = driver.fetch_sync(dbapi_connection, sql, arguments)
+        if sync.dispatch.after_cursor_execute:
+            sync.dispatch.after_cursor_execute(sync, None, sql, arguments, context, False)
+        return rows
+    except sync.dialect.loaded_dbapi.Error as exc:
+        wrapped = _wrapped(sync, dbapi_connection, exc, sql, arguments)
+        if wrapped.connection_invalidated and not sync.invalidated:
+            sync.invalidate(exc)
+        raise wrapped from exc
+
+
+def _wrapped(
+    sync: Connection, dbapi_connection: Any, exc: Exception, sql: str, arguments: Any
+) -> DBAPIError:
+    """``exc`` as SQLAlchemy raises a driver's error (``connection_invalidated`` set for
+    a disconnect); a missing queue table is raised as its ``ConfigurationError``."""
+    dialect = sync.dialect
+    missing = missing_tables.error(dialect, exc)
+    if missing is not None:
+        raise missing from None
+    disconnect = dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
+    return cast(
+        DBAPIError,
+        DBAPIError.instance(
+            sql,
+            arguments,
+            exc,
+            dialect.loaded_dbapi.Error,
+            connection_invalidated=disconnect,
+            dialect=dialect,
+        ),
+    )

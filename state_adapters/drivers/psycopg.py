@@ -32,6 +32,13 @@ class Psycopg:
         rows: Sequence[Any] = await cursor.fetchall()
         return rows
 
+    def fetch_sync(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
+        cursor = dbapi_connection.execute(sql, arguments)
+        if cursor.description is None:
+            return ()
+        rows: Sequence[Any] = cursor.fetchall()
+        return rows
+
 
 def _driver(dbapi_connection: Any) -> Any:
     """The psycopg connection: SQLAlchemy's asyncio adapter wraps it, the sync dialect

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -16,3 +17,9 @@ class Psycopg2:
 
     def reported_backend_pid(self, dbapi_connection: Any) -> int:
         return int(dbapi_connection.info.backend_pid)
+
+    def fetch_sync(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(sql, arguments)
+            rows: Sequence[Any] = cursor.fetchall() if cursor.description else ()
+            return rows

@@ -19,7 +19,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement, TextClause
 
-from state_adapters.drivers import async_driver_for, run_on_driver
+from state_adapters.drivers import (
+    async_driver_for,
+    run_on_driver,
+    run_on_sync_driver,
+    sync_driver_for,
+)
 from state_adapters.model import JobRecord
 from state_adapters.postgres import pooling
 from state_adapters.postgres.statements import (
@@ -118,11 +123,13 @@ class Postgres:
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
         """No connection settings; the statements are compiled for ``engine``'s driver
-        (psycopg2 binds JSON and takes parameters unlike psycopg) and sent through its
-        SQLAlchemy connections (the caller's thread, no event loop); behind a pooler,
+        (psycopg2 binds JSON and takes parameters unlike psycopg) and run on the driver
+        connection under its SQLAlchemy connections (the caller's thread, no event loop:
+        :func:`~state_adapters.drivers.run_on_sync_driver`); behind a pooler,
         settings that would keep prepared statements are refused
         (:mod:`state_adapters.postgres.pooling`)."""
-        self.compiled = CompiledStatements(engine.dialect)
+        driver = sync_driver_for(engine.dialect.driver)
+        self.compiled = CompiledStatements(engine.dialect, partial(run_on_sync_driver, driver))
         pooling.watch(engine)
 
     async def in_transaction(self, conn: AsyncConnection, step: Step[T]) -> T:

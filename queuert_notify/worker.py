@@ -238,6 +238,12 @@ class Worker:
         if self._run_task is not None:
             await asyncio.gather(self._run_task, return_exceptions=True)
 
+    @property
+    def abandoned_jobs(self) -> int:
+        """Running jobs this worker gave up on when it stopped (the drain timeout passed,
+        a forced stop): each runs again once its lease expires. 0 after a full drain."""
+        return self._slots.abandoned
+
     def _called_from_inside(self) -> bool:
         current = asyncio.current_task()
         return current is self._run_task or current in self._slots.tasks()

@@ -15,10 +15,12 @@ import click
 
 from queuert_notify import log_format as logs
 from queuert_notify.cli.output import console, run
-from queuert_notify.supervisor import EXIT_DO_NOT_RESTART
+from queuert_notify.supervisor import EXIT_DO_NOT_RESTART, EXIT_JOBS_ABANDONED, PARENT_GONE
 
 if TYPE_CHECKING:
     from queuert_notify.worker import Worker
+
+logger = logging.getLogger(__name__)
 
 
 @click.command("worker")
@@ -55,9 +57,9 @@ def worker_command(
     if processes > 1 and not supervised:
         sys.exit(_supervise(context, target, log_format, processes))
     try:
-        run(_run_worker(target))
+        run(_run_worker(target, supervised=supervised))
     except click.ClickException as exc:
-        if not supervised or isinstance(exc, click.UsageError):
+        if not supervised or isinstance(exc, click.UsageError | _JobsAbandonedError):
             raise
         # The supervisor must not restart a worker into the same one-line error.
         raise _DoNotRestartError(exc.message) from None
@@ -65,6 +67,10 @@ def worker_command(
 
 class _DoNotRestartError(click.ClickException):
     exit_code = EXIT_DO_NOT_RESTART
+
+
+class _JobsAbandonedError(click.ClickException):
+    exit_code = EXIT_JOBS_ABANDONED
 
 
 def _supervise(
@@ -93,7 +99,7 @@ def _supervise(
     return asyncio.run(Supervisor(command, processes).run())
 
 
-async def _run_worker(target: str) -> None:
+async def _run_worker(target: str, *, supervised: bool) -> None:
     worker = await load_worker(target)
     engine = getattr(worker.client.state, "engine", None)
     try:
@@ -103,12 +109,40 @@ async def _run_worker(target: str) -> None:
                 f"(concurrency {worker.concurrency}, {worker.mode} mode)",
                 highlight=False,
             )
-            await worker.run()
+            if supervised:
+                await _run_supervised(worker)
+            else:
+                await worker.run()
     finally:
         # The process ends here: release the pool (an undisposed aiosqlite engine keeps
         # a non-daemon thread alive and the process with it).
         if engine is not None:
             await engine.dispose()
+    if worker.abandoned_jobs:
+        raise _JobsAbandonedError(
+            f"stopped with {worker.abandoned_jobs} running jobs unfinished; they run again "
+            "once their leases expire"
+        )
+
+
+async def _run_supervised(worker: Worker) -> None:
+    """Run ``worker`` under a supervisor: when the supervisor dies the worker drains as on
+    SIGTERM, once however often the parent-death signal comes; a SIGTERM or SIGINT
+    after it is the second request that cancels running jobs."""
+    loop = asyncio.get_running_loop()
+    draining: list[asyncio.Task[None]] = []
+
+    def supervisor_gone() -> None:
+        if not draining:
+            logger.warning("the supervisor is gone; draining running jobs")
+            draining.append(asyncio.create_task(worker.stop()))
+
+    loop.add_signal_handler(PARENT_GONE, supervisor_gone)
+    try:
+        await worker.run()
+    finally:
+        loop.remove_signal_handler(PARENT_GONE)
+        await asyncio.gather(*draining, return_exceptions=True)
 
 
 async def load_worker(target: str) -> Worker:

@@ -39,12 +39,15 @@ from queuert_notify.worker_settings import WorkerMode, WorkerSettings
 from state_adapters.backoff import Backoff
 from state_adapters.model import JobRecord
 from state_adapters.notifications import wait_for_notifications
+from state_adapters.outage_log import OutageLog
 
 __all__ = ["Worker", "WorkerMode", "WorkerSettings"]
 
 logger = logging.getLogger(__name__)
 
 _ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX = 0.5, 30.0
+_LOOP_WARNING_INTERVAL = 60.0
+"""While the loop keeps failing, one warning per this many seconds (the rest at DEBUG)."""
 """Seconds the loop pauses after a failed pass: doubling from the first to the maximum."""
 
 
@@ -423,23 +426,24 @@ class Worker:
         timer). A failed pass is retried after a backoff; a ConfigurationError (the
         tables are gone) stops the worker."""
         errors = Backoff(_ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX)
+        # An outage (a database restarting, backends terminated) fails pass after pass:
+        # one line when it starts, one a minute while it lasts, one when it ends.
+        failures = OutageLog(
+            logger, "worker loop", interval=_LOOP_WARNING_INTERVAL, tracebacks=False
+        )
         while not self._shutdown.requested:
             # Cleared before claiming, so a reason arriving meanwhile is kept.
             self._wake.clear()
             try:
                 sleep = await self._claim_and_start()
                 errors.reset()
+                failures.succeeded()
             except ConfigurationError as exc:
                 logger.error("worker stopped: %s", exc, extra={"worker_id": self.worker_id})
                 raise
             except Exception:
                 sleep = min(errors.next(), self.poll_interval)
-                logger.warning(
-                    "worker loop failed; retrying in %.1fs",
-                    sleep,
-                    exc_info=True,
-                    extra={"worker_id": self.worker_id},
-                )
+                failures.failed(f"retrying in {sleep:.1f}s", worker_id=self.worker_id)
             if self._shutdown.requested:
                 break
             if sleep is None:

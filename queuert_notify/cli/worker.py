@@ -9,6 +9,7 @@ import inspect
 import logging
 import os
 import sys
+import traceback
 from typing import TYPE_CHECKING, NoReturn
 
 import click
@@ -178,7 +179,19 @@ def _import_target(target: str) -> object:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.UsageError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:
+        # The user's module raised while it was imported (a missing setting, a bug): one
+        # line naming the error and where it was raised, in every process alike.
+        raise click.ClickException(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}{_raised_at(exc)}"
+        ) from None
     try:
         return getattr(module, attr)
     except AttributeError:
         raise click.UsageError(f"module {module_name!r} has no attribute {attr!r}") from None
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` (file:line)`` of the innermost frame ``exc`` was raised in."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""

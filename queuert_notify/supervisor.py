@@ -32,8 +32,9 @@ finishing the jobs it was running (a second signal, the drain timeout): they run
 once their leases expire."""
 
 EXIT_CHILDREN_FAILING = 5
-"""Exit code of a supervisor stopped while a worker process was crashing again and again
-(two in a row, each within :data:`STABLE_AFTER` of its start)."""
+"""Exit code of a supervisor whose worker processes were failing when it stopped: one
+was crashing again and again (twice in a row, each within :data:`STABLE_AFTER` of its
+start), or one crashed during the stop."""
 
 _EXIT_USAGE = 2
 """click's exit code for a bad command line: no restart either."""
@@ -71,11 +72,11 @@ class Supervisor:
     - every child started before, during or after a stop gets its SIGTERM: one whose
       start was under way when the stop came is signalled as soon as it is known;
     - :meth:`run` returns once every child has exited: 0 when each of them drained
-      and exited cleanly; 1 when a child exited with :data:`EXIT_DO_NOT_RESTART`
-      (which stops the others: the same error would stop them all) or in another way
-      nobody asked for at the stop; else :data:`EXIT_JOBS_ABANDONED` when a child
-      abandoned running jobs; else :data:`EXIT_CHILDREN_FAILING` when a child was
-      crashing again and again when the stop came.
+      and exited cleanly; else 1 when a child exited with :data:`EXIT_DO_NOT_RESTART`
+      (which stops the others: the same error would stop them all); else
+      :data:`EXIT_JOBS_ABANDONED` when a child abandoned running jobs; else
+      :data:`EXIT_CHILDREN_FAILING` (a child kept crashing until the stop, or crashed
+      during it).
 
     Children get a process group of their own, so a Ctrl-C in a terminal reaches the
     supervisor only (which forwards it once), and on Linux they are sent
@@ -104,7 +105,7 @@ class Supervisor:
         self._stopped_at = 0.0
         self._failed = False
         self._abandoned = False
-        self._crash_looping = False
+        self._failing = False
 
     @property
     def pids(self) -> list[int]:
@@ -126,7 +127,7 @@ class Supervisor:
             return 1
         if self._abandoned:
             return EXIT_JOBS_ABANDONED
-        return EXIT_CHILDREN_FAILING if self._crash_looping else 0
+        return EXIT_CHILDREN_FAILING if self._failing else 0
 
     def stop(self) -> None:
         """Forward SIGTERM to every running child; start none from now on."""
@@ -157,7 +158,13 @@ class Supervisor:
             if self._stopping.is_set():
                 if self._stopped_at - started >= self._stable_after:
                     crashes = 0
-                self._exited_at_stop(index, code)
+                if code == EXIT_JOBS_ABANDONED:
+                    self._abandoned = True
+                # -SIGTERM: killed by the forwarded SIGTERM before its worker installed
+                # handlers (still importing): it had no job to drain.
+                elif code not in (0, -signal.SIGTERM):
+                    self._failing = True
+                    logger.error("worker process %d exited with %s", index, _status(code))
                 break
             if code in (EXIT_DO_NOT_RESTART, _EXIT_USAGE):
                 logger.error(
@@ -184,19 +191,8 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), pause)
         if crashes >= 2:
-            self._crash_looping = True
+            self._failing = True
             logger.warning("worker process %d was crashing until the stop", index)
-
-    def _exited_at_stop(self, index: int, code: int) -> None:
-        """Child ``index`` exited with ``code`` after the stop: what that says about how
-        the supervisor exits."""
-        if code == EXIT_JOBS_ABANDONED:
-            self._abandoned = True
-        # -SIGTERM: killed by the forwarded SIGTERM before its worker installed handlers
-        # (still importing): it had no job to drain.
-        elif code not in (0, -signal.SIGTERM):
-            self._failed = True
-            logger.error("worker process %d exited with %s", index, _status(code))
 
 
 def _status(code: int) -> str:

@@ -341,10 +341,10 @@ def test_herd_recognises_the_claim_statement_and_nothing_else(postgres: bool) ->
     from sqlalchemy.dialects import postgresql, sqlite
 
     from benchmarks.herd import is_claim
-    from state_adapters.postgres import PostgresSql
+    from state_adapters.postgres.database import PostgresSql
     from state_adapters.schema import make_tables
-    from state_adapters.sqlite import SqliteSql
-    from state_adapters.statements import Statements
+    from state_adapters.sqlite.database import SqliteSql
+    from state_adapters.statements.queue import Statements
 
     sql = Statements(make_tables("smoke_"), PostgresSql() if postgres else SqliteSql())
     dialect = postgresql.psycopg.dialect() if postgres else sqlite.aiosqlite.dialect()

@@ -86,7 +86,7 @@ async def test_a_worker_whose_claims_keep_failing_logs_one_line_per_outage_and_o
         return [
             r
             for r in caplog.records
-            if r.name == "queuert_notify.worker"
+            if r.name == "queuert_notify.worker.worker"
             and level in (None, r.levelno)
             and r.getMessage().startswith("worker loop")
         ]

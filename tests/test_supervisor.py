@@ -15,8 +15,13 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from queuert_notify.client import ChainSpec, Client
-from queuert_notify.supervisor import EXIT_CHILDREN_FAILING, EXIT_JOBS_ABANDONED, Supervisor
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
+from queuert_notify.worker.supervisor import (
+    EXIT_CHILDREN_FAILING,
+    EXIT_JOBS_ABANDONED,
+    Supervisor,
+)
 from tests.support.queue_helpers import wait_until
 from tests.support.worker_processes import WorkerProcesses, effect_counts
 

@@ -14,12 +14,16 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from queuert_notify import log_format as logs
 from queuert_notify.cli.output import console, run
-from queuert_notify.supervisor import EXIT_DO_NOT_RESTART, EXIT_JOBS_ABANDONED, PARENT_GONE
+from queuert_notify.observe import log_format as logs
+from queuert_notify.worker.supervisor import (
+    EXIT_DO_NOT_RESTART,
+    EXIT_JOBS_ABANDONED,
+    PARENT_GONE,
+)
 
 if TYPE_CHECKING:
-    from queuert_notify.worker import Worker
+    from queuert_notify.worker.worker import Worker
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +81,8 @@ class _JobsAbandonedError(click.ClickException):
 def _supervise(
     context: click.Context, target: str, log_format: logs.LogFormat, processes: int
 ) -> int:
-    from queuert_notify.supervisor import Supervisor
-    from queuert_notify.worker import Worker
+    from queuert_notify.worker.supervisor import Supervisor
+    from queuert_notify.worker.worker import Worker
 
     # A bad target is a usage error here, not in every child.
     obj = _import_target(target)
@@ -149,7 +153,7 @@ async def _run_supervised(worker: Worker) -> None:
 async def load_worker(target: str) -> Worker:
     """The Worker ``target`` (``module:attr``) names: the attribute itself, or what
     calling it (and awaiting, if it is async) returns; anything else is a usage error."""
-    from queuert_notify.worker import Worker
+    from queuert_notify.worker.worker import Worker
 
     obj = _import_target(target)
     if not isinstance(obj, Worker) and callable(obj):

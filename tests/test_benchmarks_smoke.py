@@ -5,6 +5,8 @@ completes against the real services and reports what it promises."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -464,3 +466,29 @@ async def test_peers_runs_every_workload_for_ours_and_the_floors(
         "queue CPU %",
     ):
         assert column in report
+
+
+def test_django_enqueue_reports_create_and_enqueue_per_database(
+    redis_url: str, postgres_url: str
+) -> None:
+    pytest.importorskip("django")
+    # A process of its own: the benchmark configures Django's process-wide settings.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "django-enqueue",
+            "--rounds=1",
+            "--transactions=20",
+            f"--redis-url={redis_url}",
+            f"--postgres-url={postgres_url}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| database | create() µs | enqueue() µs | enqueue / create |" in done.stdout
+    assert "| Postgres (psycopg 3) |" in done.stdout
+    assert "| SQLite |" in done.stdout

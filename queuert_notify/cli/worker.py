@@ -19,13 +19,11 @@ from queuert_notify.observe import log_format as logs
 from queuert_notify.worker.supervisor import (
     EXIT_DO_NOT_RESTART,
     EXIT_JOBS_ABANDONED,
-    PARENT_GONE,
+    run_supervised,
 )
 
 if TYPE_CHECKING:
     from queuert_notify.worker.worker import Worker
-
-logger = logging.getLogger(__name__)
 
 
 @click.command("worker")
@@ -115,7 +113,7 @@ async def _run_worker(target: str, *, supervised: bool) -> None:
                 highlight=False,
             )
             if supervised:
-                await _run_supervised(worker)
+                await run_supervised(worker)
             else:
                 await worker.run()
     finally:
@@ -128,26 +126,6 @@ async def _run_worker(target: str, *, supervised: bool) -> None:
             f"stopped with {worker.abandoned_jobs} running jobs unfinished; they run again "
             "once their leases expire"
         )
-
-
-async def _run_supervised(worker: Worker) -> None:
-    """Run ``worker`` under a supervisor: when the supervisor dies the worker drains as on
-    SIGTERM, once however often the parent-death signal comes; a SIGTERM or SIGINT
-    after it is the second request that cancels running jobs."""
-    loop = asyncio.get_running_loop()
-    draining: list[asyncio.Task[None]] = []
-
-    def supervisor_gone() -> None:
-        if not draining:
-            logger.warning("the supervisor is gone; draining running jobs")
-            draining.append(asyncio.create_task(worker.stop()))
-
-    loop.add_signal_handler(PARENT_GONE, supervisor_gone)
-    try:
-        await worker.run()
-    finally:
-        loop.remove_signal_handler(PARENT_GONE)
-        await asyncio.gather(*draining, return_exceptions=True)
 
 
 async def load_worker(target: str) -> Worker:

@@ -16,8 +16,12 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from state_adapters.backoff import Backoff
+
+if TYPE_CHECKING:
+    from queuert_notify.worker.worker import Worker
 
 logger = logging.getLogger(__name__)
 
@@ -209,3 +213,23 @@ def _child_setup(supervisor: int) -> None:  # pragma: no cover - in the child be
         if os.getppid() != supervisor:
             # The supervisor died before the signal was armed: nothing would send it.
             os.kill(os.getpid(), PARENT_GONE)
+
+
+async def run_supervised(worker: Worker) -> None:
+    """Run ``worker`` in a worker process of a :class:`Supervisor`: when the supervisor
+    dies the worker drains as on SIGTERM, once however often :data:`PARENT_GONE` comes;
+    a SIGTERM or SIGINT after it is the second request that cancels running jobs."""
+    loop = asyncio.get_running_loop()
+    draining: list[asyncio.Task[None]] = []
+
+    def supervisor_gone() -> None:
+        if not draining:
+            logger.warning("the supervisor is gone; draining running jobs")
+            draining.append(asyncio.create_task(worker.stop()))
+
+    loop.add_signal_handler(PARENT_GONE, supervisor_gone)
+    try:
+        await worker.run()
+    finally:
+        loop.remove_signal_handler(PARENT_GONE)
+        await asyncio.gather(*draining, return_exceptions=True)

@@ -27,6 +27,7 @@ from queuert_notify.jobs import Handler, HandlerRegistry, Job, JobContext
 from queuert_notify.lease_keeper import LeaseKeeper
 from queuert_notify.loop_watchdog import LoopWatchdog, warn_blocked
 from queuert_notify.notify.protocol import Unsubscribe
+from queuert_notify.notify_bounds import CALL_LIMIT
 from queuert_notify.pruner import Pruner
 from queuert_notify.reaper import Reaper
 from queuert_notify.schedules import Schedule, Scheduler
@@ -532,7 +533,8 @@ class Worker:
                 await ctx.transaction.close()
             if unsubscribe is not None:
                 with suppress(Exception):
-                    await unsubscribe()
+                    async with asyncio.timeout(CALL_LIMIT):
+                        await unsubscribe()
 
     def _on_loop_lag(self, lag: float, job_ids: frozenset[str]) -> None:
         running = warn_blocked(lag, job_ids, worker_id=self.worker_id)

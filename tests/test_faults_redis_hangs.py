@@ -101,8 +101,8 @@ async def _sleepy(job: Any, ctx: Any) -> None:
     await asyncio.sleep(float(job.input.get("sleep", 0)))
 
 
-async def _wait_completed(state: SqlAlchemyStateAdapter, n: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+async def _wait_completed(state: SqlAlchemyStateAdapter, n: int, within: float) -> None:
+    deadline = time.monotonic() + within
     while (await state.count_jobs()).get("completed", 0) < n:
         assert time.monotonic() < deadline, await state.count_jobs()
         await asyncio.sleep(0.05)
@@ -127,7 +127,7 @@ async def test_a_blackholed_redis_leaves_the_worker_at_its_polling_rate(
             for _ in range(JOBS):
                 await client.start_chain("t", {})
             # A poll interval finds them; two more allow for a stalled machine.
-            await _wait_completed(state, JOBS, timeout=3 * 2 + 4)
+            await _wait_completed(state, JOBS, within=3 * 2 + 4)
     finally:
         proxy.mode = "forward"
         await client.close()

@@ -9,10 +9,11 @@ import asyncio
 SUBSCRIBE_LIMIT = 5.0
 """Seconds the worker's job-scheduled subscription may take (then it polls and keeps
 trying in the background)."""
-CALL_LIMIT = 1.0
+CALL_LIMIT = 2.0
 """Seconds a call on the claim or run path may take (a wake hint, an acknowledgement,
-listening for a job's ownership loss): long enough for a loaded server, short next to a
-poll interval."""
+listening for a job's ownership loss): long enough for a loaded server and for the
+second that a lists-mode hint may wait for a token its own blocking move took; short
+next to a poll interval."""
 
 
 class CallGate:

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify import Client, NoopNotifyAdapter, Worker
 from queuert_notify.notify.protocol import TypeNameCallback, Unsubscribe
-from queuert_notify.shutdown import CANCEL_GRACE
+from queuert_notify.worker.shutdown import CANCEL_GRACE
 from state_adapters import SqlAlchemyStateAdapter
 
 DRAIN = 2.0

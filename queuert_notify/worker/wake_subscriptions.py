@@ -1,0 +1,172 @@
+"""A worker's subscriptions to its notify adapter, for the worker's whole lifetime."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+
+from queuert_notify.errors import NotifyAdapterClosedError
+from queuert_notify.notify.protocol import NotifyAdapter, SignalCallback, Unsubscribe
+from queuert_notify.worker.notify_bounds import CALL_LIMIT, SUBSCRIBE_LIMIT, CallGate
+from state_adapters.backoff import Backoff
+from state_adapters.outage_log import OutageLog
+
+logger = logging.getLogger(__name__)
+
+_RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
+_CALL_PAUSE = 5.0
+"""Seconds an acknowledgement or an ownership listen is skipped after one failed."""
+
+
+class WakeSubscriptions:
+    """Job-scheduled notifications for the worker's types and ``on_reconnect``,
+    subscribed once and kept until :meth:`close`; per-job ownership listening.
+
+    Each run listens for its job's ownership loss (:meth:`listen_for_ownership_loss`)
+    and leaves when it ends. That costs no transport round trip per run: the adapters
+    whose one ownership-lost channel carries every job keep it subscribed once it was
+    listened to (``ChannelNotifyAdapter.listen_job_ownership_lost``).
+
+    When the notify adapter does not answer at :meth:`open`, :meth:`open_later` keeps
+    trying with backoff and calls ``on_reconnect`` once it succeeds (jobs may have been
+    announced meanwhile); until then :attr:`listening` is False and per-job
+    ownership listening is skipped (lease renewal fences the run all the same).
+
+    After every claim pass :meth:`claimed` tells the adapter the wakes it granted are
+    used and how many slots are free (``acknowledge_wakes``: durable wake tokens are
+    acknowledged, and no more are taken than the worker has slots for).
+
+    Every call to the adapter is bounded (:mod:`queuert_notify.worker.notify_bounds`): one that
+    does not answer in time counts as failed, and a failed acknowledgement or ownership
+    listen is not tried again for ``_CALL_PAUSE`` seconds, so an adapter that hangs
+    never holds the claim path or a run for longer than one bounded wait per pause.
+    """
+
+    def __init__(
+        self,
+        notify: NotifyAdapter,
+        type_names: Sequence[str],
+        *,
+        on_scheduled: Callable[[str], None],
+        on_reconnect: Callable[[], None],
+        worker_id: str,
+    ) -> None:
+        self._notify = notify
+        self._type_names = type_names
+        self._on_scheduled = on_scheduled
+        self._on_reconnect = on_reconnect
+        self._worker_id = worker_id
+        self._held: list[Unsubscribe] = []
+        self._retrying: asyncio.Task[None] | None = None
+        self._owls_outage = OutageLog(logger, "listening for ownership loss")
+        self._ack_outage = OutageLog(logger, "acknowledging wakes")
+        self._ack_gate = CallGate(CALL_LIMIT, _CALL_PAUSE)
+        self._owls_gate = CallGate(CALL_LIMIT, _CALL_PAUSE)
+
+    @property
+    def listening(self) -> bool:
+        """Whether the subscriptions are in place."""
+        return bool(self._held)
+
+    async def open(self) -> None:
+        """Subscribe; raises what the notify adapter raised (nothing is left held)."""
+        notify = self._notify
+        held: list[Unsubscribe] = []
+        try:
+            async with asyncio.timeout(SUBSCRIBE_LIMIT):
+                held.append(await notify.listen_job_scheduled(self._type_names, self._on_scheduled))
+            held.append(notify.on_reconnect(self._on_reconnect))
+        except BaseException:
+            for unsubscribe in held:
+                with suppress(Exception):
+                    async with asyncio.timeout(CALL_LIMIT):
+                        await unsubscribe()
+            raise
+        self._held = held
+
+    async def open_or_poll(self, *, required: bool, poll_interval: float) -> None:
+        """:meth:`open`; when the notify adapter does not answer, keep trying in the
+        background (the worker polls every ``poll_interval`` meanwhile), unless
+        ``required`` (the client's ``require_notify``) or the adapter is closed: then
+        raise what it raised."""
+        try:
+            await self.open()
+        except Exception as exc:
+            if required or isinstance(exc, NotifyAdapterClosedError):
+                raise
+            logger.warning(
+                "cannot listen for wakeups; polling every %.1fs until the notify "
+                "adapter answers: %s",
+                poll_interval,
+                exc if str(exc) else repr(exc),
+                extra={"worker_id": self._worker_id},
+            )
+            self.open_later()
+
+    async def claimed(self, free_slots: int) -> None:
+        """After a claim pass: the wakes consumed for it are used (durable adapters
+        acknowledge them) and ``free_slots`` slots are free. A failure is logged; an
+        unacknowledged wake costs at most one empty claim elsewhere."""
+        if not self.listening or not self._ack_gate.open:
+            return
+        try:
+            async with asyncio.timeout(self._ack_gate.limit):
+                await self._notify.acknowledge_wakes(self._on_scheduled, free_slots)
+        except Exception:
+            self._ack_gate.failed()
+            self._ack_outage.failed("a lost acknowledgement costs one empty claim")
+        else:
+            self._ack_outage.succeeded()
+
+    def open_later(self) -> None:
+        """Keep trying :meth:`open` in the background until it succeeds."""
+        self._retrying = asyncio.create_task(self._open_when_reachable())
+
+    async def listen_for_ownership_loss(
+        self, job_id: str, callback: SignalCallback, log_extra: Mapping[str, object]
+    ) -> Unsubscribe | None:
+        """Call ``callback`` when another party takes ``job_id`` (``None``: not
+        listening, because the adapter is unreachable or refused)."""
+        if not self.listening or not self._owls_gate.open:
+            return None
+        try:
+            async with asyncio.timeout(self._owls_gate.limit):
+                return await self._notify.listen_job_ownership_lost(job_id, callback)
+        except Exception:
+            self._owls_gate.failed()
+            self._owls_outage.failed("relying on lease renewal", **log_extra)
+            return None
+
+    def background_task(self) -> asyncio.Task[None] | None:
+        """The retrying task of :meth:`open_later`, for the worker to cancel."""
+        return self._retrying
+
+    async def close(self) -> None:
+        """Unsubscribe everything (the retrying task is the worker's to cancel)."""
+        held, self._held = self._held, []
+        for unsubscribe in held:
+            try:
+                async with asyncio.timeout(CALL_LIMIT):
+                    await unsubscribe()
+            except Exception:
+                logger.warning("unsubscribe failed on worker stop", exc_info=True)
+
+    async def _open_when_reachable(self) -> None:
+        backoff = Backoff(_RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY)
+        while True:
+            await backoff.sleep()
+            try:
+                await self.open()
+            except NotifyAdapterClosedError:
+                return
+            except Exception as exc:
+                logger.debug("notify adapter still unreachable: %s", exc)
+                continue
+            logger.info(
+                "notify adapter answers; listening for wakeups",
+                extra={"worker_id": self._worker_id},
+            )
+            self._on_reconnect()
+            return

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from state_adapters.model import (
@@ -263,6 +263,12 @@ class StateAdapter(Protocol):
     async def schedule_ticks(self, names: Sequence[str]) -> Mapping[str, datetime]:
         """The last tick recorded for each of these schedules that has one."""
 
+    async def database_time(self) -> datetime:
+        """The current instant on the clock every worker shares (the database's): the
+        schedules' ticks are decided on it, so a worker whose own clock is wrong cannot
+        take a tick early or hold one back."""
+        ...
+
     # -- operating the queue ---------------------------------------------------------
 
     async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
@@ -405,6 +411,10 @@ class StateAdapterBase:
         notes: NotificationBuffer,
     ) -> StartedChain | None:
         raise _unsupported(self, "schedules (take_schedule_tick)")
+
+    async def database_time(self) -> datetime:
+        # No shared clock known: this process's.
+        return datetime.now(UTC)
 
     async def schedule_ticks(self, names: Sequence[str]) -> Mapping[str, datetime]:
         raise _unsupported(self, "schedules (schedule_ticks)")

@@ -31,7 +31,7 @@ from queuert_notify.worker.loop_watchdog import LoopWatchdog, warn_blocked
 from queuert_notify.worker.settings import WorkerMode, WorkerSettings
 from queuert_notify.worker.shutdown import Shutdown, settle, stop_signals
 from queuert_notify.worker.slots import Slots
-from queuert_notify.worker.startup_checks import check_pool_size, check_tables
+from queuert_notify.worker.startup_checks import check_clock, check_pool_size, check_tables
 from queuert_notify.worker.wake_policy import WakePolicy
 from queuert_notify.worker.wake_subscriptions import WakeSubscriptions
 from state_adapters.backoff import Backoff
@@ -272,6 +272,7 @@ class Worker:
                 await self.client.connect()
                 check_pool_size(self.client.state, self.settings)
                 await check_tables(self.client.state)
+                await check_clock(self.client.state, worker_id=self.worker_id)
                 # Claims and completions on connections kept out of the pool while the
                 # worker runs (when the adapter keeps any).
                 await held.enter_async_context(self.client.state.holding_connections())

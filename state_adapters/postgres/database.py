@@ -85,6 +85,9 @@ class PostgresSql:
     def minute_of(self, instant: ColumnElement[Any]) -> ColumnElement[Any]:
         return type_coerce(func.date_trunc("minute", instant), instant.type)
 
+    def clock(self, given: ColumnElement[Any]) -> ColumnElement[Any]:
+        return type_coerce(func.now(), given.type)
+
 
 class Postgres:
     """The adapter on Postgres: reads and one-statement writes in autocommit (one

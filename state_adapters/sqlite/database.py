@@ -95,6 +95,9 @@ class SqliteSql:
     def minute_of(self, instant: ColumnElement[Any]) -> ColumnElement[Any]:
         return type_coerce(func.strftime("%Y-%m-%d %H:%M:00", instant), instant.type)
 
+    def clock(self, given: ColumnElement[Any]) -> ColumnElement[Any]:
+        return given
+
 
 class Sqlite:
     """The adapter on SQLite: one writer at a time (``BEGIN IMMEDIATE``), readers in

@@ -386,8 +386,10 @@ class Statements:
         )
 
     def reap_expired(self, type_names: Sequence[str] | None, limit: int, now: datetime) -> Query:
-        """Return running jobs whose lease expired before ``now`` to pending (or
-        failed when attempts are used up); each row goes to one reaper only."""
+        """Return running jobs whose lease expired to pending (or failed when attempts
+        are used up); each row goes to one reaper only. Expired means before the
+        database's clock (:meth:`SqlDialect.clock`; ``now`` on SQLite), so a reaper
+        whose clock runs ahead cannot take live jobs."""
         params: dict[str, Any] = {"limit": limit, "now": now}
         if type_names is None:
             return Query(self._reap_any_type, params)
@@ -403,7 +405,7 @@ class Statements:
 
     def _reap(self, *, by_type: bool) -> Update:
         jobs = self.tables.jobs
-        now = bindparam("now", type_=UtcDateTime())
+        now = self.dialect.clock(bindparam("now", type_=UtcDateTime()))
         expired = and_(jobs.c.status == "running", jobs.c.leased_until < now)
         candidates = select(jobs.c.id).where(expired)
         if by_type:

@@ -21,6 +21,7 @@ from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter, Unsubscribe
 from queuert_notify.schedules import Schedule
 from queuert_notify.worker import Worker
+from state_adapters.health import HealthReport, HealthThresholds
 
 if TYPE_CHECKING:
     from queuert_notify.notify.nats import NatsNotifyAdapter
@@ -52,6 +53,8 @@ __all__ = [
     "ChainSpec",
     "Client",
     "ConfigurationError",
+    "HealthReport",
+    "HealthThresholds",
     "InProcessNotifyAdapter",
     "InvalidInputError",
     "Job",

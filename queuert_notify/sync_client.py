@@ -15,6 +15,7 @@ from queuert_notify.client import CLOSE_FLUSH_LIMIT, DEFAULT_AWAIT_POLL_INTERVAL
 from queuert_notify.errors import InvalidInputError, WaitChainTimeoutError
 from queuert_notify.sync_announcers import announcer_for
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
+from state_adapters.health import HealthReport, HealthThresholds
 from state_adapters.model import FINAL_STATUSES, ChainRecord, DedupScope, StartedChain
 from state_adapters.schema import DEFAULT_TABLE_PREFIX
 from state_adapters.sync_state import SyncSession, SyncStateAdapter
@@ -178,4 +179,11 @@ class SyncClient:
             session,
             self._announcer,
             lambda state, conn, notes: state.retry_chain(chain_id, notes=notes, session=conn),
+        )
+
+    def health(self, *, thresholds: HealthThresholds | None = None) -> HealthReport:
+        """The queue's health (see :meth:`Client.health`), on a connection of the
+        engine's pool."""
+        return self._state.read(
+            None, lambda state, conn, _: state.health(thresholds=thresholds, session=conn)
         )

@@ -22,6 +22,7 @@ from state_adapters.chain_statements import ChainStatements
 from state_adapters.compiled import CompiledStatement
 from state_adapters.completion import Completed, FinishedJob
 from state_adapters.errors import ConfigurationError, mask_url
+from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.limited_claims import LimitedClaim
 from state_adapters.schema import Tables
 from state_adapters.sqlite_connections import SqliteSynchronous, check_synchronous
@@ -106,6 +107,11 @@ class Database(Protocol):
 
     async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new chains and their first jobs, given the first jobs' rows."""
+        ...
+
+    async def storage_health(self, conn: Any, limits: HealthThresholds) -> StorageHealth:
+        """What this database tells of the queue's health, judged against ``limits``
+        (:mod:`state_adapters.health`); reads only, on ``conn``."""
         ...
 
     async def prune_batch(

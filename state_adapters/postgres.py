@@ -21,6 +21,7 @@ from state_adapters.chain_statements import ChainStatements
 from state_adapters.compiled import CompiledStatements
 from state_adapters.completion import Completed, FinishedJob
 from state_adapters.database import Conn, Step, T
+from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.limited_claims import LimitedClaim, settled
 from state_adapters.model import JobRecord
 from state_adapters.postgres_statements import (
@@ -166,6 +167,12 @@ class Postgres:
     async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
         query = self._own.insert_first_jobs(job_rows)
         await self.compiled(query.statement).rows(conn, query.params)
+
+    async def storage_health(self, conn: Any, limits: HealthThresholds) -> StorageHealth:
+        """Dead rows, the xmin horizon, vacuums (:mod:`state_adapters.postgres_health`)."""
+        from state_adapters import postgres_health
+
+        return await postgres_health.read(conn, self.sql.tables, limits)
 
     async def prune_batch(
         self, conn: AsyncConnection, finished_before: datetime, batch_size: int

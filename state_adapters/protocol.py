@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from state_adapters.model import (
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from state_adapters.errors import JobOwnershipLostError
     from state_adapters.handler_transaction import HandlerTransaction
+    from state_adapters.health import HealthReport, HealthThresholds
     from state_adapters.notifications import NotificationBuffer
 
     CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
@@ -297,6 +298,13 @@ class StateAdapter(Protocol):
         """Every type that is paused or limited, by name."""
         ...
 
+    async def health(
+        self, *, thresholds: HealthThresholds | None = None, session: CallerSession = None
+    ) -> HealthReport:
+        """The queue's health as its database sees it (:mod:`state_adapters.health`):
+        findings with a severity, what each means and what to do. Reads only."""
+        ...
+
     # -- what a worker's loop uses ---------------------------------------------------
 
     @property
@@ -474,6 +482,31 @@ class StateAdapterBase:
 
     async def chain_links(self, chain_id: str, *, limit: int = 100) -> ChainLinks:
         return ChainLinks(blocked_by=(), blocking=())
+
+    async def health(
+        self: StateAdapter,
+        *,
+        thresholds: HealthThresholds | None = None,
+        session: CallerSession = None,
+    ) -> HealthReport:
+        # Without a database to ask: the pending jobs only (due ones unknown, counted 0).
+        from state_adapters.health import Backlog, Finding, HealthReport
+
+        pending = (await self.count_jobs()).get("pending", 0)
+        return HealthReport(
+            database=type(self).__name__,
+            checked_at=datetime.now(UTC),
+            findings=[
+                Finding(
+                    "ok",
+                    "database",
+                    f"{pending} pending jobs; this adapter reads nothing else of its database",
+                    "the report cannot see dead rows, old transactions or how long jobs wait",
+                    "implement health() on the adapter (state_adapters.protocol.StateAdapter)",
+                )
+            ],
+            backlog=Backlog(pending, 0, None, 0, None),
+        )
 
 
 def _unsupported(adapter: object, feature: str) -> Exception:

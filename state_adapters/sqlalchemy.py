@@ -16,7 +16,8 @@ Each method checks its arguments, then runs named steps in a transaction:
 starting (:mod:`state_adapters.starting`), completing
 (:mod:`state_adapters.completion`), chains becoming final
 (:mod:`state_adapters.finishing`), chain actions (:mod:`state_adapters.chain_actions`),
-retention and schedule ticks (:mod:`state_adapters.operations`);
+retention and schedule ticks (:mod:`state_adapters.operations`), the health report
+(:mod:`state_adapters.health`);
 what differs between Postgres and SQLite is asked of the
 :class:`~state_adapters.database.Database` chosen at construction.
 """
@@ -41,6 +42,7 @@ from state_adapters.connection_lanes import lanes_for
 from state_adapters.database import database_for
 from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.handler_transaction import HandlerTransaction
+from state_adapters.health import HealthCheck
 from state_adapters.inspection import Inspection
 from state_adapters.model import (
     Completion,
@@ -64,7 +66,7 @@ if TYPE_CHECKING:
 
 
 class SqlAlchemyStateAdapter(
-    ChainActions, ChainReads, Inspection, QueueOperations, TypeControlMethods
+    ChainActions, ChainReads, HealthCheck, Inspection, QueueOperations, TypeControlMethods
 ):
     """Job state in the application's own Postgres or SQLite database.
 

@@ -37,6 +37,7 @@ from state_adapters.compiled import CompiledStatements
 from state_adapters.completion import Completed, FinishedJob
 from state_adapters.database import Conn, Step, T
 from state_adapters.finishing import finalize
+from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.limited_claim_statements import LimitedClaimStatements
 from state_adapters.limited_claims import LimitedClaim, claim_type
 from state_adapters.model import JobRecord
@@ -121,6 +122,12 @@ class Sqlite:
         self._tables = tables
         self._job_columns = job_columns(tables)
         self._pruning = PruningStatements(tables, dialect)
+
+    async def storage_health(self, conn: Any, limits: HealthThresholds) -> StorageHealth:
+        """The WAL and the pages (:mod:`state_adapters.sqlite_health`)."""
+        from state_adapters import sqlite_health
+
+        return await sqlite_health.read(conn, limits)
 
     async def prune_batch(
         self, conn: AsyncConnection, finished_before: datetime, batch_size: int

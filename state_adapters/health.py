@@ -299,7 +299,7 @@ def backlog_findings(backlog: Backlog, limits: HealthThresholds) -> list[Finding
     """The due jobs' wait and the lapsed leases, judged."""
     findings: list[Finding] = []
     wait = backlog.oldest_due_wait or 0.0
-    if wait >= limits.due_wait:
+    if backlog.oldest_due_wait is not None and wait >= limits.due_wait:
         findings.append(
             Finding(
                 "critical" if wait >= limits.due_wait_critical else "warning",

@@ -37,6 +37,7 @@ from sqlalchemy import (
     select,
     true,
     type_coerce,
+    union_all,
     update,
 )
 from sqlalchemy.sql.elements import ColumnElement
@@ -237,24 +238,46 @@ class Statements:
 
         The limit and the statuses are written into the SQL, not bound: a worker
         sends a handful of these shapes, and Postgres can then plan each once (a
-        generic plan of a bound status cannot use the index of pending jobs)."""
+        generic plan of a bound status cannot use the index of pending jobs).
+
+        Of one type, the best jobs are read off the acquire index in claim order. Of
+        several, the best ``limit`` of each type are read that way (each its own
+        ordered index scan, row locks taken as it goes) and the best ``limit`` of those
+        are claimed: ``type_name IN (...)`` with ``ORDER BY`` would read and sort every
+        due job of those types, per claim, however fresh the statistics (Postgres
+        before 17 cannot walk an index in order across an IN list). The rows locked
+        but not claimed (at most ``limit`` per type) are released when the claim
+        commits; a claimer racing it meanwhile skips them, as it skips rows being
+        claimed."""
         jobs = self.tables.jobs
-        pending: ColumnElement[str] = literal_column("'pending'")
-        best = (
-            select(jobs.c.id)
-            .where(
-                jobs.c.status == pending,
-                jobs.c.type_name.in_([bindparam(f"type_{i}") for i in range(type_count)]),
-                # Read off the acquire index in claim order, never sorted from another.
-                self.dialect.without_index(jobs.c.scheduled_at)
-                <= bindparam("now", type_=UtcDateTime()),
-                # Paused types wait; limited ones are claimed by limited_claims.
-                ~controlled(self.tables),
+        order = (jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
+        top: ColumnElement[int] = literal_column(str(int(limit)))
+        if type_count == 1:
+            best = self.dialect.claim_lock(
+                self._due(jobs.c.type_name == bindparam("type_0")).order_by(*order).limit(top)
             )
-            .order_by(jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
-            .limit(literal_column(str(int(limit))))
-        )
-        best = self.dialect.claim_lock(best)
+        else:
+            each = [
+                select(
+                    self.dialect.claim_lock(
+                        self._due(
+                            jobs.c.type_name == bindparam(f"type_{i}"),
+                            jobs.c.priority,
+                            jobs.c.scheduled_at,
+                        )
+                        .order_by(*order)
+                        .limit(top)
+                    ).subquery(f"best_{i}")
+                )
+                for i in range(type_count)
+            ]
+            candidates = union_all(*each).subquery("candidates")
+            best = (
+                select(candidates.c.id)
+                .order_by(candidates.c.priority, candidates.c.scheduled_at, candidates.c.id)
+                .limit(top)
+            )
+        pending: ColumnElement[str] = literal_column("'pending'")
         return (
             update(jobs)
             .where(self.dialect.id_in_selected(jobs.c.id, best))
@@ -270,6 +293,20 @@ class Statements:
                 leased_until=bindparam("b_leased_until", type_=UtcDateTime()),
             )
             .returning(*self.job_columns)
+        )
+
+    def _due(self, of_type: ColumnElement[bool], *columns: Any) -> Select[Any]:
+        """Ids (and ``columns``) of the pending jobs of ``of_type`` that are due and
+        whose type is neither paused nor limited."""
+        jobs = self.tables.jobs
+        return select(jobs.c.id, *columns).where(
+            jobs.c.status == literal_column("'pending'"),
+            of_type,
+            # Read off the acquire index in claim order, never sorted from another.
+            self.dialect.without_index(jobs.c.scheduled_at)
+            <= bindparam("now", type_=UtcDateTime()),
+            # Paused types wait; limited ones are claimed by limited_claims.
+            ~controlled(self.tables),
         )
 
     def next_due_at(self, type_names: Sequence[str]) -> Query:

@@ -11,6 +11,7 @@ from types import ModuleType
 from benchmarks import (
     dashboard,
     drain,
+    health_cost,
     herd,
     instrumentation_cost,
     limited_claim,
@@ -48,6 +49,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     dashboard,
     prune_impact,
     peer_queues,
+    health_cost,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

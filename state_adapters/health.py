@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import case, func, select, type_coerce
+from sqlalchemy import case, func, select, true, type_coerce
 
 from state_adapters.schema import UtcDateTime
 
@@ -264,28 +264,35 @@ class HealthCheck:
 
 
 async def _read_backlog(db: Database, conn: Any, limits: HealthThresholds) -> Backlog:
-    """Two reads of the partial indexes of pending and running jobs."""
+    """One read of the partial indexes of pending and running jobs."""
     jobs, controls = db.sql.tables.jobs, db.sql.tables.type_controls
     now = datetime.now(UTC)
     due = jobs.c.scheduled_at <= now
     paused = select(controls.c.type_name).where(controls.c.paused).scalar_subquery()
     pending = (
         select(
-            func.count(),
-            func.coalesce(func.sum(case((due, 1), else_=0)), 0),
-            type_coerce(func.min(case((due, jobs.c.scheduled_at))), UtcDateTime()),
+            func.count().label("waiting"),
+            func.coalesce(func.sum(case((due, 1), else_=0)), 0).label("due"),
+            type_coerce(func.min(case((due, jobs.c.scheduled_at))), UtcDateTime()).label(
+                "oldest_due"
+            ),
         )
-        .select_from(jobs)
         .where(jobs.c.status == "pending", jobs.c.type_name.not_in(paused))
+        .subquery("pending")
     )
     expired_before = now - timedelta(seconds=limits.lease_grace)
     expired = (
-        select(func.count(), type_coerce(func.min(jobs.c.leased_until), UtcDateTime()))
-        .select_from(jobs)
+        select(
+            func.count().label("lapsed"),
+            type_coerce(func.min(jobs.c.leased_until), UtcDateTime()).label("oldest_lease"),
+        )
         .where(jobs.c.status == "running", jobs.c.leased_until < expired_before)
+        .subquery("expired")
     )
-    waiting, due_count, oldest_due = (await conn.execute(pending)).one()
-    lapsed, oldest_lease = (await conn.execute(expired)).one()
+    row = (
+        await conn.execute(select(pending, expired).select_from(pending.join(expired, true())))
+    ).one()
+    waiting, due_count, oldest_due, lapsed, oldest_lease = row
     return Backlog(
         pending=int(waiting),
         due=int(due_count),

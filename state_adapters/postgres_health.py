@@ -1,5 +1,6 @@
 """What Postgres tells of the queue's health: its tables' live and dead row versions,
-sizes, and last (auto)vacuum and (auto)analyze (``pg_stat_user_tables``, index sizes);
+sizes, and last (auto)vacuum and (auto)analyze (the statistics behind
+``pg_stat_user_tables``, index sizes);
 the transactions, prepared transactions and replication slots that hold back the xmin
 horizon (``pg_stat_activity``, ``pg_prepared_xacts``, ``pg_replication_slots``), so
 vacuum cannot remove what claims and completions leave behind; and the vacuums running
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, text
@@ -38,41 +40,40 @@ QUERY_CHARS = 80
 """How much of a backend's statement a horizon finding shows."""
 _HOLDERS_SHOWN = 5
 
-_TABLES = text(
-    """
-SELECT c.relname, coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0),
-       coalesce(s.n_mod_since_analyze, 0), s.last_vacuum, s.last_autovacuum,
-       s.last_analyze, s.last_autoanalyze, pg_table_size(c.oid), pg_indexes_size(c.oid),
-       coalesce(c.reloptions, '{}')
+# The statistics functions, not the pg_stat_user_tables view: the view aggregates
+# over every table's indexes to answer for a few.
+_TABLES = """
+SELECT c.relname AS name, pg_stat_get_live_tuples(c.oid) AS live,
+       pg_stat_get_dead_tuples(c.oid) AS dead, pg_stat_get_mod_since_analyze(c.oid) AS modified,
+       pg_stat_get_last_vacuum_time(c.oid) AS vacuum,
+       pg_stat_get_last_autovacuum_time(c.oid) AS autovacuum,
+       pg_stat_get_last_analyze_time(c.oid) AS analyze,
+       pg_stat_get_last_autoanalyze_time(c.oid) AS autoanalyze,
+       pg_table_size(c.oid) AS heap, pg_indexes_size(c.oid) AS indexes,
+       coalesce(c.reloptions, '{}') AS options
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
-LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-WHERE n.nspname = coalesce(:schema, current_schema()) AND c.relname = ANY(:names)
-  AND c.relkind IN ('r', 'p')
-ORDER BY c.relname
+WHERE n.nspname = coalesce(CAST(:schema AS text), current_schema())
+  AND c.relname = ANY(:names) AND c.relkind IN ('r', 'p')
 """
-).bindparams(bindparam("names", type_=ARRAY(TEXT)), bindparam("schema", type_=TEXT))
 
-_INDEXES = text(
-    """
-SELECT i.relname, t.relname, pg_relation_size(i.oid), i.reltuples
+_INDEXES = """
+SELECT i.relname AS name, t.relname AS of_table, pg_relation_size(i.oid) AS size,
+       i.reltuples AS entries
 FROM pg_index x
 JOIN pg_class i ON i.oid = x.indexrelid
 JOIN pg_class t ON t.oid = x.indrelid
 JOIN pg_namespace n ON n.oid = t.relnamespace
-WHERE n.nspname = coalesce(:schema, current_schema()) AND t.relname = ANY(:names)
-ORDER BY t.relname, i.relname
+WHERE n.nspname = coalesce(CAST(:schema AS text), current_schema()) AND t.relname = ANY(:names)
 """
-).bindparams(bindparam("names", type_=ARRAY(TEXT)), bindparam("schema", type_=TEXT))
 
 # Client backends of this database holding a snapshot (backend_xmin) or a transaction
 # id (backend_xid), oldest first; autovacuum's own are left out (other vacuums ignore
 # them), and so is this one.
-_TRANSACTIONS = text(
-    f"""
-SELECT pid, application_name, state,
-       extract(epoch FROM clock_timestamp() - xact_start)::float8,
-       greatest(age(backend_xmin), age(backend_xid)), left(query, 1000)
+_TRANSACTIONS = f"""
+SELECT pid, application_name AS application, state,
+       extract(epoch FROM clock_timestamp() - xact_start)::float8 AS age,
+       greatest(age(backend_xmin), age(backend_xid)) AS xid_age, left(query, 1000) AS query
 FROM pg_stat_activity
 WHERE pid <> pg_backend_pid() AND datname = current_database()
   AND backend_type = 'client backend'
@@ -81,40 +82,51 @@ WHERE pid <> pg_backend_pid() AND datname = current_database()
 ORDER BY xact_start
 LIMIT {_HOLDERS_SHOWN}
 """
-)
 
-_PREPARED = text(
-    f"""
-SELECT gid, owner, extract(epoch FROM clock_timestamp() - prepared)::float8, age(transaction)
+_PREPARED = f"""
+SELECT gid, owner, extract(epoch FROM clock_timestamp() - prepared)::float8 AS age,
+       age(transaction) AS xid_age
 FROM pg_prepared_xacts
 WHERE database = current_database()
   AND prepared < clock_timestamp() - make_interval(secs => :age)
 ORDER BY prepared
 LIMIT {_HOLDERS_SHOWN}
 """
-)
 
 # A slot's xmin holds back every database's horizon (a physical slot of a standby with
 # hot_standby_feedback); a logical slot's catalog_xmin holds only the catalogs.
-_SLOTS = text(
-    f"""
-SELECT slot_name, slot_type, active, active_pid, age(xmin)
+_SLOTS = f"""
+SELECT slot_name AS name, slot_type AS type, active, active_pid AS pid, age(xmin) AS xid_age
 FROM pg_replication_slots
 WHERE xmin IS NOT NULL
 ORDER BY age(xmin) DESC
 LIMIT {_HOLDERS_SHOWN}
 """
-)
 
-_VACUUMS = text(
-    """
-SELECT p.pid, c.relname, p.phase,
+_VACUUMS = """
+SELECT p.pid, c.relname AS of_table, p.phase,
        CASE WHEN p.heap_blks_total > 0
-            THEN p.heap_blks_scanned::float8 / p.heap_blks_total END
+            THEN p.heap_blks_scanned::float8 / p.heap_blks_total END AS scanned
 FROM pg_stat_progress_vacuum p
 JOIN pg_class c ON c.oid = p.relid
 WHERE p.datname = current_database() AND c.relname = ANY(:names)
 """
+
+_PARTS = {
+    "tables": _TABLES,
+    "indexes": _INDEXES,
+    "transactions": _TRANSACTIONS,
+    "prepared": _PREPARED,
+    "slots": _SLOTS,
+    "vacuums": _VACUUMS,
+}
+# All of them in one round trip, each as a JSON array of objects (keys in column order).
+_READINGS = text(
+    "SELECT "
+    + ",\n".join(
+        f"(SELECT coalesce(json_agg(r), '[]') FROM ({sql}) AS r) AS {name}"
+        for name, sql in _PARTS.items()
+    )
 ).bindparams(bindparam("names", type_=ARRAY(TEXT)))
 
 _STRING_LITERAL = re.compile(r"'(?:[^']|'')*'?")
@@ -126,23 +138,29 @@ def queue_table_names(tables: Tables) -> list[str]:
 
 
 async def read(conn: Any, tables: Tables, limits: HealthThresholds) -> StorageHealth:
-    """The readings and their findings; six reads of the server's views."""
-    names = queue_table_names(tables)
-    where = {"names": names, "schema": tables.schema}
-    table_rows = (await conn.execute(_TABLES, where)).all()
-    index_rows = (await conn.execute(_INDEXES, where)).all()
-    age = {"age": limits.horizon_age}
+    """The readings and their findings, in one read of the server's views."""
+    params = {
+        "names": queue_table_names(tables),
+        "schema": tables.schema,
+        "age": limits.horizon_age,
+    }
+    readings = (await conn.execute(_READINGS, params)).mappings().one()
     holders = [
-        *(_transaction(row) for row in await conn.execute(_TRANSACTIONS, age)),
-        *(_prepared(row) for row in await conn.execute(_PREPARED, age)),
+        *(_transaction(_values(row)) for row in readings["transactions"]),
+        *(_prepared(_values(row)) for row in readings["prepared"]),
     ]
-    slots = [_slot(row) for row in await conn.execute(_SLOTS)]
-    vacuums = [VacuumRun(*row) for row in await conn.execute(_VACUUMS, {"names": names})]
-    table_health = [_table(row) for row in table_rows]
-    indexes = [
-        IndexHealth(name, table, int(nbytes), None if entries < 0 else int(entries))
-        for name, table, nbytes, entries in index_rows
-    ]
+    slots = [_slot(_values(row)) for row in readings["slots"]]
+    vacuums = [VacuumRun(*_values(row)) for row in readings["vacuums"]]
+    table_health = sorted(
+        (_table(_values(row)) for row in readings["tables"]), key=lambda t: t.name
+    )
+    indexes = sorted(
+        (
+            IndexHealth(name, table, int(nbytes), None if entries < 0 else int(entries))
+            for name, table, nbytes, entries in map(_values, readings["indexes"])
+        ),
+        key=lambda i: (i.table, i.name),
+    )
     held_slots = [(s, active) for s, active in slots if not active or _slot_too_old(s, limits)]
     horizon = [*holders, *(s for s, _ in held_slots)]
     findings = [
@@ -301,6 +319,15 @@ def redact(query: str | None) -> str | None:
     return flat if len(flat) <= QUERY_CHARS else flat[: QUERY_CHARS - 1] + "…"
 
 
+def _values(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(row.values())
+
+
+def _instant(value: str | None) -> datetime | None:
+    """A timestamptz as JSON renders it (ISO 8601 with an offset)."""
+    return None if value is None else datetime.fromisoformat(value)
+
+
 def _table(row: Any) -> TableHealth:
     name, live, dead, modified, vacuum, autovacuum, analyze, autoanalyze, heap, index, options = row
     return TableHealth(
@@ -308,10 +335,10 @@ def _table(row: Any) -> TableHealth:
         live_rows=int(live),
         dead_rows=int(dead),
         modified_since_analyze=int(modified),
-        last_vacuum=vacuum,
-        last_autovacuum=autovacuum,
-        last_analyze=analyze,
-        last_autoanalyze=autoanalyze,
+        last_vacuum=_instant(vacuum),
+        last_autovacuum=_instant(autovacuum),
+        last_analyze=_instant(analyze),
+        last_autoanalyze=_instant(autoanalyze),
         table_bytes=int(heap),
         index_bytes=int(index),
         settings=tuple(options),

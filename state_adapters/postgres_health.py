@@ -245,8 +245,8 @@ def table_findings(
             vacuumed = table.vacuumed_at
             when = "never" if vacuumed is None else vacuumed.strftime("%Y-%m-%d %H:%M:%S UTC")
             action = (
-                "vacuum cannot remove them until the horizon holder above is gone: end it, "
-                f"then VACUUM {table.name}"
+                f"vacuum cannot remove them while {_named(horizon[0])} holds the horizon: "
+                f"end it, then VACUUM {table.name}"
                 if horizon
                 else f"autovacuum is behind: VACUUM (VERBOSE) {table.name}, and check its "
                 "autovacuum settings (docs/operations.md, Health)"
@@ -381,6 +381,12 @@ def _slot(row: Any) -> tuple[HorizonHolder, bool]:
         state=f"{slot_type}, {'active' if active else 'inactive'}",
     )
     return holder, bool(active)
+
+
+def _named(holder: HorizonHolder) -> str:
+    if holder.kind == "transaction":
+        return f"backend {holder.pid}"
+    return f"{holder.kind} {holder.name!r}"
 
 
 def _slot_too_old(slot: HorizonHolder, limits: HealthThresholds) -> bool:

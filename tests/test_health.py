@@ -14,18 +14,16 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import MetaData, create_engine, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify import Client, HealthThresholds, NoopNotifyAdapter, SyncClient
 from state_adapters import SqlAlchemyStateAdapter
-from state_adapters.model import Completion, NewChain, NewJob
+from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
+from tests.support.held_horizon import churn, held_snapshot
 from tests.support.queue_helpers import drop_tables
 
 pytestmark = pytest.mark.timeout(180)
@@ -41,30 +39,6 @@ async def pg_state(postgres_url: str, prefix: str) -> AsyncIterator[SqlAlchemySt
     finally:
         await drop_tables(engine, f"{prefix}_")
         await engine.dispose()
-
-
-async def held_snapshot(postgres_url: str, *queries: str) -> psycopg.AsyncConnection[Any]:
-    """Another connection with a REPEATABLE READ transaction left open after
-    ``queries`` (default ``SELECT 1``), as an analytics job or a shell would."""
-    dsn = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
-    conn = await psycopg.AsyncConnection.connect(
-        dsn, autocommit=True, application_name="analytics-report"
-    )
-    await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    for query in queries or ("SELECT 1",):
-        await conn.execute(query)  # type: ignore[arg-type]
-    return conn
-
-
-async def churn(state: SqlAlchemyStateAdapter, count: int) -> None:
-    """Start, claim and complete ``count`` jobs through the adapter."""
-    notes = NotificationBuffer()
-    for first in range(0, count, 500):
-        chains = [NewChain(NewJob("churn", {"n": n})) for n in range(first, first + 500)]
-        await state.start_chains(chains, notes=notes)
-        while jobs := await state.acquire(["churn"], worker_id="w", lease_seconds=60, limit=100):
-            done = [Completion(j.id, j.lease_token or "", {"ok": True}) for j in jobs]
-            await state.complete_jobs(done, notes=notes)
 
 
 async def cli(database_url: str, prefix: str, *args: str) -> tuple[int, str]:

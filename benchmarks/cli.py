@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 
 from benchmarks import (
+    claim_plan,
     dashboard,
     drain,
     health_cost,
@@ -50,6 +51,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     prune_impact,
     peer_queues,
     health_cost,
+    claim_plan,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

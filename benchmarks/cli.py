@@ -13,6 +13,7 @@ from benchmarks import (
     dashboard,
     drain,
     health_cost,
+    held_horizon,
     herd,
     instrumentation_cost,
     limited_claim,
@@ -52,6 +53,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     peer_queues,
     health_cost,
     claim_plan,
+    held_horizon,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

@@ -491,3 +491,22 @@ async def test_claim_plan_compares_a_never_analyzed_table_with_an_analyzed_one(
 
     assert "| never analyzed |" in report and "| analyzed |" in report
     assert "never analyzed / analyzed, jobs/s:" in report
+
+
+async def test_held_horizon_reports_each_phase_and_the_health_report_at_the_worst_moment(
+    postgres_url: str,
+) -> None:
+    report = await run_benchmark(
+        [
+            "held-horizon",
+            "--duration=14",
+            "--hold-at=1",
+            "--hold-for=12",
+            "--rate=50",
+            f"--postgres-url={postgres_url}",
+        ]
+    )
+
+    for phase in ("before the hold", "held", "after the release"):
+        assert f"| {phase} |" in report
+    assert "xmin horizon: backend" in report

@@ -170,7 +170,8 @@ async def test_due_jobs_waiting_and_lapsed_leases_are_findings_paused_types_are_
             await state.acquire(["send-email"], worker_id="w", lease_seconds=0.01, limit=1)
             await asyncio.sleep(0.05)
             calm = await client.health()
-            assert calm.severity == "ok", calm.problems()
+            # (On a shared server another's old transaction may be a finding of its own.)
+            assert not [f for f in calm.problems() if f.subject in ("backlog", "leases")]
             assert (calm.backlog.pending, calm.backlog.due) == (2, 2)
             strict = await client.health(
                 thresholds=HealthThresholds(due_wait=0.01, lease_grace=0.0)
@@ -178,7 +179,7 @@ async def test_due_jobs_waiting_and_lapsed_leases_are_findings_paused_types_are_
             by_subject = {f.subject: f for f in strict.problems()}
             assert by_subject["backlog"].summary.startswith("2 jobs are due")
             assert by_subject["leases"].summary.startswith("1 running jobs' leases ran out")
-            assert strict.backlog.expired_leases == 1 and strict.severity == "warning"
+            assert strict.backlog.expired_leases == 1 and strict.severity != "ok"
     finally:
         await drop_tables(engine, f"{prefix}_")
         await engine.dispose()
@@ -218,7 +219,8 @@ def test_the_sync_client_reads_the_same_report(
             client.migrate()
             client.start_chain("send-email", {})
             report = client.health()
-        assert report.backlog.pending == 1 and report.severity == "ok"
+        assert report.backlog.pending == 1
+        assert not [f for f in report.problems() if f.subject in ("backlog", "leases")]
         if state_kind == "postgres":
             assert {f"{prefix}_jobs", f"{prefix}_chains"} <= {t.name for t in report.tables}
         else:

@@ -84,7 +84,9 @@ async def run(args: argparse.Namespace) -> str:
             f"one producer ({args.rate} jobs/s in ten batches a second), one loop claiming up "
             f"to {args.limit} and completing them; per phase: jobs claimed per second "
             "(median of the seconds), p99 of the claims, the most dead row versions of the "
-            f"jobs table and the largest backlog seen; measured {stamp}",
+            "jobs table and the largest backlog seen; VACUUM of the jobs and chains tables "
+            f"right after the release (the server's autovacuum: {autovacuum}); "
+            f"measured {stamp}",
             runner.machine_notes(),
         ],
     )

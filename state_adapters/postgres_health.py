@@ -122,7 +122,7 @@ _PARTS = {
 }
 # All of them in one round trip, each as a JSON array of objects (keys in column order).
 _READINGS = text(
-    "SELECT "
+    "SELECT current_setting('autovacuum') AS autovacuum,\n"
     + ",\n".join(
         f"(SELECT coalesce(json_agg(r), '[]') FROM ({sql}) AS r) AS {name}"
         for name, sql in _PARTS.items()
@@ -165,7 +165,7 @@ async def read(conn: Any, tables: Tables, limits: HealthThresholds) -> StorageHe
     horizon = [*holders, *(s for s, _ in held_slots)]
     findings = [
         *horizon_findings(holders, held_slots, limits),
-        *table_findings(table_health, horizon, limits),
+        *table_findings(table_health, horizon, limits, autovacuum=readings["autovacuum"] == "on"),
         *index_findings(indexes, limits),
     ]
     return StorageHealth(
@@ -174,6 +174,7 @@ async def read(conn: Any, tables: Tables, limits: HealthThresholds) -> StorageHe
         indexes=indexes,
         horizon=horizon,
         vacuums=vacuums,
+        facts={"autovacuum": readings["autovacuum"]},
     )
 
 
@@ -235,22 +236,35 @@ def horizon_findings(
 
 
 def table_findings(
-    tables: Sequence[TableHealth], horizon: Sequence[HorizonHolder], limits: HealthThresholds
+    tables: Sequence[TableHealth],
+    horizon: Sequence[HorizonHolder],
+    limits: HealthThresholds,
+    *,
+    autovacuum: bool = True,
 ) -> list[Finding]:
-    """Dead row versions and stale statistics per queue table."""
+    """Dead row versions and stale statistics per queue table; ``autovacuum``: whether
+    the server's autovacuum is on."""
     findings: list[Finding] = []
     for table in tables:
         subject = f"table {table.name}"
         if table.dead_rows >= limits.dead_rows and table.dead_ratio >= limits.dead_ratio:
             vacuumed = table.vacuumed_at
             when = "never" if vacuumed is None else vacuumed.strftime("%Y-%m-%d %H:%M:%S UTC")
-            action = (
-                f"vacuum cannot remove them while {_named(horizon[0])} holds the horizon: "
-                f"end it, then VACUUM {table.name}"
-                if horizon
-                else f"autovacuum is behind: VACUUM (VERBOSE) {table.name}, and check its "
-                "autovacuum settings (docs/operations.md, Health)"
-            )
+            if horizon:
+                action = (
+                    f"vacuum cannot remove them while {_named(horizon[0])} holds the horizon: "
+                    f"end it, then VACUUM {table.name}"
+                )
+            elif not autovacuum or "autovacuum_enabled=false" in table.settings:
+                action = (
+                    f"autovacuum is off (the server's autovacuum setting or the table's "
+                    f"autovacuum_enabled): VACUUM {table.name} now, and turn it on"
+                )
+            else:
+                action = (
+                    f"autovacuum is behind: VACUUM (VERBOSE) {table.name}, and check its "
+                    "autovacuum settings (docs/operations.md, Health)"
+                )
             findings.append(
                 Finding(
                     "critical" if table.dead_ratio >= limits.dead_ratio_critical else "warning",

@@ -257,3 +257,24 @@ async def test_the_dashboard_shows_the_report_on_its_health_page(tmp_path: Path)
     assert "1 pending, 1 due" in page.text and "journal mode" in page.text
     assert refused.status_code == 400 and "horizon_age must be a number" in refused.text
     assert 'href="/health"' in overview.text
+
+
+def test_dead_rows_name_their_cause_a_holder_autovacuum_off_or_autovacuum_behind() -> None:
+    from state_adapters.health import HorizonHolder, TableHealth
+    from state_adapters.postgres_health import table_findings
+
+    def jobs(*settings: str) -> TableHealth:
+        return TableHealth(
+            "q_jobs", 10_000, 30_000, 0, None, None, None, None, 1 << 20, 1 << 20, settings
+        )
+
+    holder = HorizonHolder("transaction", "42", 90.0, 1_000, pid=42)
+    limits = HealthThresholds()
+    (held,) = table_findings([jobs()], [holder], limits)
+    (off,) = table_findings([jobs()], [], limits, autovacuum=False)
+    (disabled,) = table_findings([jobs("autovacuum_enabled=false")], [], limits)
+    (behind,) = table_findings([jobs()], [], limits)
+    assert held.severity == "critical" and "30000 dead row versions, 75%" in held.summary
+    assert held.action.startswith("vacuum cannot remove them while backend 42 holds")
+    assert off.action.startswith("autovacuum is off") and disabled.action == off.action
+    assert behind.action.startswith("autovacuum is behind: VACUUM (VERBOSE) q_jobs")

@@ -11,6 +11,7 @@ from types import ModuleType
 from benchmarks import (
     claim_plan,
     dashboard,
+    django_enqueue,
     drain,
     health_cost,
     held_horizon,
@@ -36,6 +37,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     start_throughput,
     sync_start,
     sync_publish,
+    django_enqueue,
     drain,
     limits,
     limited_claim,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from state_adapters.model import (
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
     from state_adapters.errors import JobOwnershipLostError
-    from state_adapters.handler_transaction import HandlerTransaction
     from state_adapters.health import HealthReport, HealthThresholds
     from state_adapters.notifications import NotificationBuffer
+    from state_adapters.transactions.handler_transaction import HandlerTransaction
 
     CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
 
@@ -264,8 +264,6 @@ class StateAdapter(Protocol):
     async def schedule_ticks(self, names: Sequence[str]) -> Mapping[str, datetime]:
         """The last tick recorded for each of these schedules that has one."""
 
-    # -- operating the queue ---------------------------------------------------------
-
     async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
         """Stop every worker from claiming jobs of ``type_name`` (running ones finish);
         stored, so it holds for workers started later, until :meth:`resume_type`."""
@@ -301,8 +299,7 @@ class StateAdapter(Protocol):
     async def health(
         self, *, thresholds: HealthThresholds | None = None, session: CallerSession = None
     ) -> HealthReport:
-        """The queue's health as its database sees it (:mod:`state_adapters.health`):
-        findings with a severity, what each means and what to do. Reads only."""
+        """The queue's health as its database sees it (:mod:`state_adapters.health`)."""
         ...
 
     # -- what a worker's loop uses ---------------------------------------------------
@@ -392,7 +389,7 @@ class StateAdapterBase:
     ) -> Mapping[str, Mapping[str, int]]:
         # One count_jobs per type: correct on any adapter, though it may read every job
         # of the type; adapters override it with a query that reads only unfinished ones.
-        from state_adapters.job_counts import from_status_counts
+        from state_adapters.steps.job_counts import from_status_counts
 
         return {
             name: from_status_counts(await self.count_jobs(type_names=[name]))
@@ -483,30 +480,10 @@ class StateAdapterBase:
     async def chain_links(self, chain_id: str, *, limit: int = 100) -> ChainLinks:
         return ChainLinks(blocked_by=(), blocking=())
 
-    async def health(
-        self: StateAdapter,
-        *,
-        thresholds: HealthThresholds | None = None,
-        session: CallerSession = None,
-    ) -> HealthReport:
-        # Without a database to ask: the pending jobs only (due ones unknown, counted 0).
-        from state_adapters.health import Backlog, Finding, HealthReport
+    async def health(self: StateAdapter, **_: Any) -> HealthReport:
+        from state_adapters.steps.health import counts_only
 
-        pending = (await self.count_jobs()).get("pending", 0)
-        return HealthReport(
-            database=type(self).__name__,
-            checked_at=datetime.now(UTC),
-            findings=[
-                Finding(
-                    "ok",
-                    "database",
-                    f"{pending} pending jobs; this adapter reads nothing else of its database",
-                    "the report cannot see dead rows, old transactions or how long jobs wait",
-                    "implement health() on the adapter (state_adapters.protocol.StateAdapter)",
-                )
-            ],
-            backlog=Backlog(pending, 0, None, 0, None),
-        )
+        return await counts_only(self)
 
 
 def _unsupported(adapter: object, feature: str) -> Exception:

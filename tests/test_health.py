@@ -261,7 +261,7 @@ async def test_the_dashboard_shows_the_report_on_its_health_page(tmp_path: Path)
 
 def test_dead_rows_name_their_cause_a_holder_autovacuum_off_or_autovacuum_behind() -> None:
     from state_adapters.health import HorizonHolder, TableHealth
-    from state_adapters.postgres_health import table_findings
+    from state_adapters.postgres.health import table_findings
 
     def jobs(*settings: str) -> TableHealth:
         return TableHealth(

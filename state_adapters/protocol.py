@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
     from state_adapters.errors import JobOwnershipLostError
+    from state_adapters.health import HealthReport, HealthThresholds
     from state_adapters.notifications import NotificationBuffer
     from state_adapters.transactions.handler_transaction import HandlerTransaction
 
@@ -269,8 +270,6 @@ class StateAdapter(Protocol):
         take a tick early or hold one back."""
         ...
 
-    # -- operating the queue ---------------------------------------------------------
-
     async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
         """Stop every worker from claiming jobs of ``type_name`` (running ones finish);
         stored, so it holds for workers started later, until :meth:`resume_type`."""
@@ -301,6 +300,12 @@ class StateAdapter(Protocol):
 
     async def type_controls(self) -> list[TypeLimits]:
         """Every type that is paused or limited, by name."""
+        ...
+
+    async def health(
+        self, *, thresholds: HealthThresholds | None = None, session: CallerSession = None
+    ) -> HealthReport:
+        """The queue's health as its database sees it (:mod:`state_adapters.health`)."""
         ...
 
     # -- what a worker's loop uses ---------------------------------------------------
@@ -484,6 +489,11 @@ class StateAdapterBase:
 
     async def chain_links(self, chain_id: str, *, limit: int = 100) -> ChainLinks:
         return ChainLinks(blocked_by=(), blocking=())
+
+    async def health(self: StateAdapter, **_: Any) -> HealthReport:
+        from state_adapters.steps.health import counts_only
+
+        return await counts_only(self)
 
 
 def _unsupported(adapter: object, feature: str) -> Exception:

@@ -9,9 +9,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 
 from benchmarks import (
+    claim_plan,
     dashboard,
     django_enqueue,
     drain,
+    health_cost,
+    held_horizon,
     herd,
     instrumentation_cost,
     limited_claim,
@@ -52,6 +55,9 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     prune_impact,
     peer_queues,
     pgbouncer,
+    health_cost,
+    claim_plan,
+    held_horizon,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

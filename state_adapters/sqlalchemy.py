@@ -30,14 +30,13 @@ from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from state_adapters import arguments, validation
 from state_adapters.arguments import check_type_names, check_worker_id
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
-from state_adapters.database import ASYNC_URLS, database_for
+from state_adapters.database import database_for
 from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.migrations import missing_tables
 from state_adapters.model import (
@@ -97,18 +96,6 @@ class SqlAlchemyStateAdapter(
         backoff_cap: float = DEFAULT_BACKOFF_CAP,
         sqlite_synchronous: SqliteSynchronous = SQLITE_SYNCHRONOUS,
     ) -> None:
-        if not isinstance(engine, AsyncEngine):
-            hint = (
-                f" ({engine.dialect.name}+{engine.dialect.driver}); a synchronous engine "
-                "belongs to queuert_notify.SyncClient"
-                if isinstance(engine, Engine)
-                else ""
-            )
-            raise ConfigurationError(
-                "SqlAlchemyStateAdapter needs an AsyncEngine "
-                f"(sqlalchemy.ext.asyncio.create_async_engine) on {ASYNC_URLS}, "
-                f"got {type(engine).__name__}{hint}"
-            )
         tables = make_tables(table_prefix, schema)
         database = database_for(engine, tables, sqlite_synchronous=sqlite_synchronous)
         if not (0 <= backoff_base <= backoff_cap):

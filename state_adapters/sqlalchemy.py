@@ -247,7 +247,8 @@ class SqlAlchemyStateAdapter(
 
     async def next_due_at(self, type_names: Sequence[str]) -> datetime | None:
         """Earliest ``scheduled_at`` of a pending job of these types (possibly in the past);
-        for paused types none, for limited ones when jobs held back may be claimable."""
+        for paused types none; for limited ones their due jobs too, except jobs this
+        adapter's last claim held back, which count from when they may be claimable."""
         types = check_type_names(type_names)
         if not types:
             return None
@@ -436,6 +437,7 @@ class SqlAlchemyStateAdapter(
         """:func:`~state_adapters.steps.completion.complete` on this adapter's database, waking
         workers for the limited types whose jobs wait for a slot."""
         limited = self._controls.limited_now()
+        self._controls.slots_freed()
         return complete(
             self._db, conn, notes, completions, now or _now(), limited=limited, **options
         )
@@ -461,6 +463,7 @@ class SqlAlchemyStateAdapter(
             if retry_delay is not None
             else retry_delays(self.backoff_base, self.backoff_cap)
         )
+        self._controls.slots_freed()
         return await self._transactions.write(
             None,
             notes,

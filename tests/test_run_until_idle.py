@@ -93,3 +93,19 @@ async def test_a_queue_that_never_goes_idle_is_a_timeout_naming_what_is_left(
     message = str(raised.value)
     assert message.startswith("run_until_idle: the queue was not idle after 0.5s")
     assert "1 blocked" in message and "types t" in message
+
+
+async def test_a_limited_type_runs_every_due_job_before_it_returns(client: Client) -> None:
+    # One at a time: between a completion and the next claim, the other jobs are due
+    # and wait only for the slot, so they keep the run going.
+    await client.set_limits("limited", concurrency=1)
+    chains = [await client.start_chain("limited", {"n": n}) for n in range(4)]
+    ran_inputs: list[int] = []
+
+    async def handler(job: Job, ctx: JobContext) -> Any:
+        ran_inputs.append(job.input["n"])
+
+    ran = await run_until_idle(client, {"limited": handler})
+
+    assert ran == 4 and sorted(ran_inputs) == [0, 1, 2, 3]
+    assert [(await client.get_chain(c.id)).status for c in chains] == ["completed"] * 4

@@ -1,6 +1,7 @@
 """Which jobs a plain claim leaves alone: those of a paused or limited type (a row
 in ``{prefix}type_controls`` with ``paused`` or a limit set). Limited types are
-claimed by :mod:`state_adapters.steps.limited_claims`; paused ones by nobody."""
+claimed by :mod:`state_adapters.steps.limited_claims`; paused ones by nobody, so only
+their jobs are never due (:func:`paused`)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,11 @@ def controlled(tables: Tables) -> ColumnElement[bool]:
             )
         )
     )
+
+
+def paused(tables: Tables) -> ColumnElement[bool]:
+    """True for a job whose type is paused: nobody claims it, so it is never due (a
+    limited type's jobs are; the limited claim takes them). Same uncorrelated subquery
+    as :func:`controlled`."""
+    controls, jobs = tables.type_controls, tables.jobs
+    return jobs.c.type_name.in_(select(controls.c.type_name).where(controls.c.paused))

@@ -44,7 +44,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from state_adapters.model import JobRecord
 from state_adapters.schema import Tables, UtcDateTime, json_type
 from state_adapters.statements.claims import best_due
-from state_adapters.statements.controlled_types import controlled
+from state_adapters.statements.controlled_types import paused
 from state_adapters.statements.dialect import SqlDialect
 
 JOB_FIELDS = tuple(JobRecord.__dataclass_fields__)
@@ -262,7 +262,8 @@ class Statements:
 
     def next_due_at(self, type_names: Sequence[str]) -> Query:
         """The earliest ``scheduled_at`` of a pending job of these types, leaving out
-        paused and limited types (see :mod:`state_adapters.steps.limited_claims`)."""
+        paused types (read in the statement, so a stale view of the controls cannot
+        hide a due job)."""
         return Query(self._next_due_at, {"type_names": list(type_names)})
 
     @cached_property
@@ -271,7 +272,7 @@ class Statements:
         return select(func.min(jobs.c.scheduled_at)).where(
             jobs.c.status == "pending",
             jobs.c.type_name.in_(bindparam("type_names", expanding=True)),
-            ~controlled(self.tables),
+            ~paused(self.tables),
         )
 
     def renew_lease(self, job_id: str, lease_token: str, leased_until: datetime) -> Query:

@@ -27,6 +27,7 @@ from sqlalchemy import (
 )
 
 from state_adapters.schema import Tables, UtcDateTime
+from state_adapters.statements.controlled_types import paused
 from state_adapters.statements.dialect import SqlDialect
 from state_adapters.statements.queue import Query
 
@@ -111,7 +112,8 @@ class TypeControlStatements:
         return Query(self._read_all.where(c.type_name == type_name), {})
 
     def next_scheduled(self, type_names: Sequence[str], now: datetime) -> Query:
-        """The earliest ``scheduled_at`` after ``now`` of a pending job of these types."""
+        """The earliest ``scheduled_at`` after ``now`` of a pending job of these types,
+        leaving out paused ones."""
         return Query(self._next_scheduled, {"type_names": list(type_names), "now": now})
 
     @cached_property
@@ -121,6 +123,7 @@ class TypeControlStatements:
             jobs.c.status == literal_column("'pending'"),
             jobs.c.type_name.in_(bindparam("type_names", expanding=True)),
             jobs.c.scheduled_at > bindparam("now", type_=UtcDateTime()),
+            ~paused(self.tables),
         )
 
     def count_due(self, type_name: str, now: datetime) -> Query:

@@ -264,18 +264,29 @@ class TypeControls:
 
     async def next_due_at(self, type_names: Sequence[str], now: datetime) -> datetime | None:
         """The earliest ``scheduled_at`` of a pending job of ``type_names``, leaving out
-        paused types; for limited ones, their next job scheduled in the future, or the
-        instant a rate window frees (or a recheck) for jobs held back now."""
-        plain = self.uncontrolled(type_names)
-        limited = [t for t in type_names if t in self._limited]
+        paused types (read in the statement): a limited type's due jobs are due. Only
+        jobs this adapter's last claim held back wait: from then on their type counts
+        its next job scheduled in the future, and the instant a rate window frees (or a
+        recheck), until a job ends here (:meth:`slots_freed`)."""
+        # Taken before any I/O: a completion may end a hold meanwhile.
+        retry = {t: self._retry_at[t] for t in type_names if t in self._retry_at}
+        held = list(retry)
+        free = [t for t in type_names if t not in retry]
         due: datetime | None = None
         future: datetime | None = None
         async with self._db.reader.connect() as conn:
-            if plain:
-                due = await conn.scalar(*self._db.sql.next_due_at(plain))
-            if limited:
-                future = await conn.scalar(*self._sql.next_scheduled(limited, now))
-        return earliest([due, future, *(self._retry_at.get(t) for t in limited)])
+            if free:
+                due = await conn.scalar(*self._db.sql.next_due_at(free))
+            if held:
+                future = await conn.scalar(*self._sql.next_scheduled(held, now))
+        return earliest([due, future, *retry.values()])
+
+    def slots_freed(self) -> None:
+        """A job of this adapter ended (completed or failed): the types held back by
+        ``concurrency`` or ``key_concurrency`` may have a free slot, so their due jobs
+        are due again (a rate's hold stays: only time frees it)."""
+        for type_name in self._held:
+            self._retry_at.pop(type_name, None)
 
 
 def _type_limits(row: Any) -> TypeLimits:

@@ -64,6 +64,25 @@ class ControlsCases:
         assert notes.scheduled == {"t": 1}
         assert len(await claim(state, limit=10)) == 1
 
+    async def test_due_jobs_of_a_limited_type_are_due_until_a_claim_holds_them_back(
+        self, state: Any
+    ) -> None:
+        for _ in range(3):
+            await start(state, "t")
+        await _limits(state, concurrency=1)
+        # Limited but not claimed yet: its jobs are due (a worker claims them now).
+        due = await state.next_due_at(["t"])
+        assert due is not None and due <= datetime.now(UTC)
+        (running,) = await claim(state, limit=10)
+        assert await claim(state, limit=10) == []
+        # Held back by the limit: not due (the completion that frees the slot wakes).
+        due = await state.next_due_at(["t"])
+        assert due is None or due > datetime.now(UTC)
+        await complete(state, running)
+        # The slot is free: the waiting jobs are due again.
+        due = await state.next_due_at(["t"])
+        assert due is not None and due <= datetime.now(UTC)
+
     async def test_a_key_at_its_cap_never_blocks_other_keys(self, state: Any) -> None:
         for _ in range(5):
             await start(state, "t", concurrency_key="busy")

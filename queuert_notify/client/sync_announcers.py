@@ -53,15 +53,17 @@ class BlockingPublisher(Protocol):
 def announcer_for(notify: NotifyAdapter | None) -> Announcer:
     """The announcer for ``notify`` (see the module's table); raises
     ``ConfigurationError`` for an adapter a synchronous client cannot publish through."""
-    from queuert_notify.notify.postgres import PostgresNotifyAdapter
     from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 
     if notify is None or isinstance(notify, NoopNotifyAdapter):
         return Announcer()
-    if isinstance(notify, PostgresNotifyAdapter):
-        return NotifyInTransaction(notify)
     if isinstance(notify, RedisNotifyAdapter):
         return PublishAfterCommit(notify.blocking_publisher())
+    # Imported last: it needs psycopg 3, which a process on psycopg2 may not have.
+    from queuert_notify.notify.postgres import PostgresNotifyAdapter
+
+    if isinstance(notify, PostgresNotifyAdapter):
+        return NotifyInTransaction(notify)
     raise ConfigurationError(
         f"SyncClient cannot publish through {type(notify).__name__}: its client runs on an "
         "event loop. Use RedisNotifyAdapter or PostgresNotifyAdapter, or notify=None "

@@ -12,6 +12,11 @@ from pathlib import Path
 
 SETTINGS = """
 import os
+import sys
+
+if os.environ.get("QN_HIDE_PSYCOPG"):
+    # Django's Postgres backend then runs on psycopg2 (it takes psycopg 3 when it can).
+    sys.modules["psycopg"] = None
 
 SECRET_KEY = "test"
 DEBUG = False

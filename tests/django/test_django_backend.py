@@ -373,3 +373,52 @@ def test_aenqueue_and_aget_result_work_from_async_code(django_project: Project) 
     task_id, status = asyncio.run(enqueue_and_read())
     assert status == "READY"
     assert count_run.get_result(task_id).args == ["from-async"]
+
+
+ON_PSYCOPG2 = """
+import django
+django.setup()
+from django.db import connection, transaction
+from django.db.backends.postgresql.psycopg_any import is_psycopg3
+from shop.tasks import count_run
+
+assert connection.vendor == "postgresql" and not is_psycopg3
+try:
+    with transaction.atomic():
+        count_run.enqueue("psycopg2-dropped")
+        raise RuntimeError("rolled back")
+except RuntimeError:
+    pass
+with transaction.atomic():
+    result = count_run.enqueue("psycopg2-kept")
+assert count_run.get_result(result.id).args == ["psycopg2-kept"]
+print(result.id)
+"""
+
+
+def test_tasks_enqueue_on_django_s_psycopg2_backend_and_run_on_the_worker(
+    django_project: Project,
+) -> None:
+    from shop.models import Run
+    from shop.tasks import count_run
+
+    before = job_count()
+    done = subprocess.run(
+        [sys.executable, "-c", ON_PSYCOPG2],
+        cwd=django_project.root,
+        env={**os.environ, **django_project.env, "QN_HIDE_PSYCOPG": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    task_id = done.stdout.strip().splitlines()[-1]
+    assert job_count() == before + 1  # the rolled-back enqueue left no job
+    worker = django_project.start_worker()
+    try:
+        result = wait_finished(count_run.get_result(task_id))
+    finally:
+        django_project.stop_worker(worker)
+    assert (result.status, result.return_value) == ("SUCCESSFUL", "psycopg2-kept")
+    assert Run.objects.filter(key="psycopg2-kept").count() == 1
+    assert Run.objects.filter(key="psycopg2-dropped").count() == 0

@@ -36,7 +36,7 @@ from queuert_notify.contrib.django.tasks_api import (
     TaskResultStatus,
     task_enqueued,
 )
-from queuert_notify.errors import ChainNotFoundError, ConfigurationError, JobNotFoundError
+from queuert_notify.errors import ChainNotFoundError, JobNotFoundError
 from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 from queuert_notify.observe import instrumentation
 from state_adapters.ids import new_id
@@ -121,13 +121,10 @@ class QueuertTaskBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def _tables(self, alias: str) -> QueueTables:
         connection = connections[alias]
-        if connection.vendor == "postgresql" and not is_psycopg3:
-            raise ConfigurationError(
-                "the queuert task backend needs Django's Postgres backend on psycopg 3 "
-                "(pip install 'psycopg[binary]'; Django uses it when it is installed), "
-                "not psycopg2"
-            )
-        return queue_tables(connection.vendor, table_prefix=self.settings.table_prefix)
+        psycopg2 = connection.vendor == "postgresql" and not is_psycopg3
+        return queue_tables(
+            connection.vendor, table_prefix=self.settings.table_prefix, psycopg2=psycopg2
+        )
 
 
 _announcers: dict[tuple[str, str], Announcer] = {}

@@ -8,25 +8,30 @@ runs on the Django connection of the task's database alias, in whatever transact
 that connection is in (``transaction.atomic()``), never committed here. Validation,
 ids and statements are the state layer's; nothing is re-written in SQL here.
 
-Placeholders: Postgres statements are compiled for psycopg 3 (``%(name)s``), the
-driver of Django's Postgres backend whenever psycopg 3 is installed (psycopg2 is
-refused with a ``ConfigurationError``); SQLite statements are compiled with ``%s``
-placeholders, which Django's SQLite cursor turns into ``?`` as it does for its own
-queries.
+Placeholders: Postgres statements are compiled for the driver of Django's Postgres
+backend (``%(name)s`` for both): psycopg 3 whenever it is installed, else psycopg2,
+whose JSON SQLAlchemy binds as text. The state adapter that owns the statements never
+connects; on psycopg2 it is built on asyncpg's dialect (psycopg 3 is not importable
+there, or Django would use it), so asyncpg must be installed. SQLite statements are
+compiled with ``%s`` placeholders, which Django's SQLite cursor turns into ``?`` as it
+does for its own queries.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+from sqlalchemy import create_engine
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify.errors import ConfigurationError
+from state_adapters.postgres.database import Postgres
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from state_adapters.statements.compiled import CompiledStatements
 from state_adapters.sync.bridge import SyncConnection
@@ -37,9 +42,12 @@ class QueueTables:
     never connects (it owns the statements and their validation) and the statements
     compiled for the Django connection's driver. Shared by every thread."""
 
-    def __init__(self, vendor: str, *, table_prefix: str) -> None:
+    def __init__(self, vendor: str, *, table_prefix: str, psycopg2: bool = False) -> None:
         dialect: Dialect
-        if vendor == "postgresql":
+        if vendor == "postgresql" and psycopg2:
+            twin = _asyncpg_twin()
+            dialect = create_engine("postgresql+psycopg2://").dialect
+        elif vendor == "postgresql":
             twin = create_async_engine("postgresql+psycopg://")
             dialect = twin.dialect
         elif vendor == "sqlite":
@@ -52,7 +60,12 @@ class QueueTables:
             )
         self.state = SqlAlchemyStateAdapter(twin, table_prefix=table_prefix)
         self.dialect = dialect
+        self.psycopg2 = psycopg2
         self.compiled = CompiledStatements(dialect)
+        if vendor == "postgresql":
+            # The statements the state layer sends as driver SQL (on an engine, to the
+            # driver connection under it) go to the Django cursor, compiled for its driver.
+            cast(Postgres, self.state.database).compiled = self.compiled
         self.as_stored = _datetimes_as_stored if vendor == "sqlite" else _as_returned
 
     def on(self, cursor: Any) -> CursorConnection:
@@ -61,7 +74,13 @@ class QueueTables:
 
     def reading(self, cursor: Any) -> CursorConnection:
         """A connection for the state layer's reads on ``cursor`` (JSON decoded)."""
-        if self.dialect.name == "postgresql":
+        if self.psycopg2:
+            # As below, for psycopg2: its typecasters, registered on this cursor only.
+            from psycopg2.extras import register_default_json, register_default_jsonb
+
+            register_default_json(cursor.cursor, loads=json.loads)
+            register_default_jsonb(cursor.cursor, loads=json.loads)
+        elif self.dialect.name == "postgresql":
             # Django loads JSON as text (its JSONField decodes it); the queue's
             # statements read it as psycopg does by default. This cursor only.
             from psycopg.types.json import JsonbLoader, JsonLoader
@@ -72,19 +91,32 @@ class QueueTables:
         return CursorConnection(cursor, self)
 
 
-_shared: dict[tuple[str, str], QueueTables] = {}
+def _asyncpg_twin() -> AsyncEngine:
+    try:
+        return create_async_engine("postgresql+asyncpg://")
+    except ImportError:
+        raise ConfigurationError(
+            "the queuert task backend on Django's psycopg2 backend needs asyncpg installed "
+            "(pip install 'queuert-notify[asyncpg]'), or psycopg 3 (pip install "
+            "'psycopg[binary]'; Django then uses it)"
+        ) from None
+
+
+_shared: dict[tuple[str, str, bool], QueueTables] = {}
 _shared_lock = threading.Lock()
 
 
-def queue_tables(vendor: str, *, table_prefix: str) -> QueueTables:
-    """The :class:`QueueTables` of a vendor and prefix (made once)."""
-    key = (vendor, table_prefix)
+def queue_tables(vendor: str, *, table_prefix: str, psycopg2: bool = False) -> QueueTables:
+    """The :class:`QueueTables` of a vendor, prefix and driver (made once)."""
+    key = (vendor, table_prefix, psycopg2)
     tables = _shared.get(key)
     if tables is None:
         with _shared_lock:
             tables = _shared.get(key)
             if tables is None:
-                tables = _shared[key] = QueueTables(vendor, table_prefix=table_prefix)
+                tables = _shared[key] = QueueTables(
+                    vendor, table_prefix=table_prefix, psycopg2=psycopg2
+                )
     return tables
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
@@ -24,12 +25,14 @@ from queuert_notify import (
     Client,
     ConfigurationError,
     InProcessNotifyAdapter,
+    JobOwnershipLostError,
     SyncClient,
 )
 from queuert_notify.cli import main
 from queuert_notify.dashboard import create_app
 from queuert_notify.testing import run_until_idle
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.notifications import NotificationBuffer
 from tests.conftest import with_driver
 from tests.support.queue_helpers import drop_tables
 
@@ -102,6 +105,47 @@ async def test_a_worker_runs_chains_and_atomic_handlers_on_the_engines_driver(
     finally:
         async with engine.begin() as conn:
             await conn.execute(text(f"DROP TABLE {prefix}_effects"))
+
+
+async def test_failed_attempts_go_to_the_driver_as_one_statement_with_the_delays_bound(
+    client: Client, engine: AsyncEngine
+) -> None:
+    sent: list[tuple[Any, str]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("UPDATE") and "last_error" in statement:
+            sent.append((cursor, statement))
+
+    for n in range(3):
+        await client.start_chain("t", {"n": n})
+    state = client.state
+    jobs = await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=3)
+    assert len(jobs) == 3
+    tokens = [job.lease_token or "" for job in jobs]
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        soon = await state.fail_job(
+            jobs[0].id, tokens[0], "boom", notes=NotificationBuffer(), retry_delay=60
+        )
+        later = await state.fail_job(
+            jobs[1].id, tokens[1], "boom", notes=NotificationBuffer(), retry_delay=3600
+        )
+        final = await state.fail_job(
+            jobs[2].id, tokens[2], "boom", notes=NotificationBuffer(), retry_delay=60, final=True
+        )
+        with pytest.raises(JobOwnershipLostError):
+            await state.fail_job(
+                jobs[0].id, tokens[0], "again", notes=NotificationBuffer(), retry_delay=1
+            )
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    assert (soon.status, later.status, final.status) == ("pending", "pending", "failed")
+    assert soon.retry_at is not None and later.retry_at is not None
+    assert timedelta(seconds=3500) < later.retry_at - soon.retry_at < timedelta(seconds=3600)
+    # On the driver connection (no SQLAlchemy cursor), and of one shape whatever the
+    # delay, finality or error: they are bound, so the statement is compiled once.
+    assert len(sent) == 4 and {cursor for cursor, _ in sent} == {None}
+    assert len({statement for _, statement in sent}) == 1
 
 
 async def test_the_dashboard_reads_through_the_engines_driver(client: Client) -> None:

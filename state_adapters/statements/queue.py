@@ -22,9 +22,11 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
+    Boolean,
     Executable,
     Insert,
     Select,
+    String,
     Update,
     and_,
     bindparam,
@@ -34,9 +36,8 @@ from sqlalchemy import (
     literal,
     literal_column,
     null,
+    or_,
     select,
-    true,
-    type_coerce,
     update,
 )
 from sqlalchemy.sql.elements import ColumnElement
@@ -80,6 +81,7 @@ class Statements:
         self.dialect = dialect
         self.job_columns = job_columns(tables)
         self._claims: dict[tuple[int, int], Update] = {}
+        self._fails: dict[int, Update] = {}
 
     # -- starting chains ---------------------------------------------------------------
 
@@ -329,24 +331,51 @@ class Statements:
         """Record a failed attempt: back to pending after ``delays[attempt - 1]``
         seconds (the last delay for every later attempt), or failed for good when
         ``max_attempts`` is used up or the failure is ``final``. Fenced by the lease
-        token; returns the job's new status, ``scheduled_at``, chain and type."""
+        token; returns the job's new status, ``scheduled_at``, chain and type.
+
+        Of fixed shape for a number of delays, everything else bound (the retry
+        instants too), so it is compiled once per count: an adapter sends two counts,
+        its backoff's and the one of a ``retry_delay``."""
+        params: dict[str, Any] = {
+            "job_id": job_id,
+            "b_lease_token": lease_token,
+            "b_error": error,
+            "b_final": final,
+            "now": now,
+        }
+        for attempt, delay in enumerate(delays, start=1):
+            params[f"b_retry_{attempt}"] = now + timedelta(seconds=delay)
+        return Query(self._fail_leased(len(delays)), params)
+
+    def _fail_leased(self, delay_count: int) -> Update:
+        statement = self._fails.get(delay_count)
+        if statement is not None:
+            return statement
         jobs = self.tables.jobs
-        exhausted: ColumnElement[bool] = and_(
-            jobs.c.max_attempts.is_not(None), jobs.c.attempt >= jobs.c.max_attempts
+        exhausted = or_(
+            bindparam("b_final", type_=Boolean()),
+            and_(jobs.c.max_attempts.is_not(None), jobs.c.attempt >= jobs.c.max_attempts),
         )
-        if final:
-            exhausted = true()
+        instants = [
+            bindparam(f"b_retry_{attempt}", type_=UtcDateTime())
+            for attempt in range(1, delay_count + 1)
+        ]
+        retry_at: ColumnElement[Any] = instants[-1]
+        if delay_count > 1:
+            retry_at = case(
+                {attempt: instant for attempt, instant in enumerate(instants[:-1], start=1)},
+                value=jobs.c.attempt,
+                else_=instants[-1],
+            )
+        error = bindparam("b_error", type_=String())
         statement = (
             update(jobs)
-            .where(
-                jobs.c.id == job_id,
-                jobs.c.lease_token == lease_token,
-                jobs.c.status == "running",
-            )
-            .values(**self._after_attempt(exhausted, self._retry_at(delays, now), error))
+            .where(self._fenced)
+            .values(**self._after_attempt(exhausted, retry_at, error))
             .returning(jobs.c.status, jobs.c.scheduled_at, jobs.c.chain_id, jobs.c.type_name)
         )
-        return Query(statement, {"now": now})
+        self._fails[delay_count] = statement
+        return statement
 
     def _after_attempt(
         self, exhausted: ColumnElement[bool], retry_at: ColumnElement[Any], error: Any
@@ -360,19 +389,6 @@ class Statements:
             "last_error": error,
             "leased_until": None,
         }
-
-    def _retry_at(self, delays: Sequence[float], now: datetime) -> ColumnElement[Any]:
-        """When attempt n's retry is due: ``now + delays[n - 1]`` (the last delay
-        for every later attempt), as one SQL expression of the row's attempt."""
-        jobs = self.tables.jobs
-        instants = [type_coerce(now + timedelta(seconds=d), UtcDateTime()) for d in delays]
-        if len(instants) == 1:
-            return instants[0]
-        return case(
-            {attempt: instant for attempt, instant in enumerate(instants[:-1], start=1)},
-            value=jobs.c.attempt,
-            else_=instants[-1],
-        )
 
     def reap_expired(self, type_names: Sequence[str] | None, limit: int, now: datetime) -> Query:
         """Return running jobs whose lease expired to pending (or failed when attempts

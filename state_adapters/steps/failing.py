@@ -17,14 +17,14 @@ from state_adapters.steps.finishing import finalize_chains
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-    from state_adapters.database import Database
+    from state_adapters.database import Conn, Database
 
 logger = logging.getLogger(__name__)
 
 
 async def fail(
     db: Database,
-    conn: AsyncConnection,
+    conn: Conn,
     notes: NotificationBuffer,
     job_id: str,
     lease_token: str,
@@ -37,7 +37,9 @@ async def fail(
     """Record a failed attempt, fenced by the token: pending again after
     ``delays[attempt - 1]`` seconds, or failed for good."""
     query = db.sql.fail_leased(job_id, lease_token, error, delays=delays, now=now, final=final)
-    row = (await conn.execute(*query)).first()
+    # Compiled once (fixed shape) and sent as driver SQL, like completions and renewals.
+    rows = await db.compiled(query.statement).rows(conn, query.params)
+    row = rows[0] if rows else None
     if row is None:
         raise ownership_lost(job_id)
     if row.status == "failed":

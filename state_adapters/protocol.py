@@ -46,8 +46,14 @@ if TYPE_CHECKING:
 class StateAdapter(Protocol):
     """Durable job state. See the module docstring for sessions and ``notes``."""
 
-    async def migrate(self) -> None:
-        """Create or upgrade the schema; idempotent and safe to run concurrently."""
+    @property
+    def address(self) -> str:
+        """Where the state is kept, for messages and logs (a URL's password masked)."""
+        ...
+
+    async def migrate(self, *, adopt: bool = False) -> None:
+        """Create or upgrade the schema; idempotent and safe to run concurrently.
+        ``adopt``: take over matching tables created by someone else."""
         ...
 
     async def start_chains(
@@ -341,6 +347,10 @@ class StateAdapterBase:
     kept; and for operating the queue: nothing is ever paused or limited, and pausing
     or setting limits raises ``ConfigurationError``. Subclass it and implement the
     rest of the protocol."""
+
+    @property
+    def address(self) -> str:
+        return type(self).__name__
 
     async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
         raise _unsupported(self, "pause_type")

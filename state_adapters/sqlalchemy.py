@@ -35,7 +35,12 @@ from state_adapters import arguments, validation
 from state_adapters.arguments import check_type_names, check_worker_id
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
 from state_adapters.database import database_for
-from state_adapters.errors import ConfigurationError, JobOwnershipLostError
+from state_adapters.errors import (
+    ConfigurationError,
+    JobOwnershipLostError,
+    mask_url,
+    unreachable,
+)
 from state_adapters.migrations import missing_tables
 from state_adapters.model import (
     Completion,
@@ -119,6 +124,11 @@ class SqlAlchemyStateAdapter(
         self._controls = TypeControls(database, self._transactions, self._lanes)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
+    @property
+    def address(self) -> str:
+        """The engine's URL, password masked."""
+        return mask_url(self.engine.url.render_as_string(hide_password=False))
+
     # -- schema ------------------------------------------------------------------------
 
     async def migrate(self, *, adopt: bool = False) -> None:
@@ -129,11 +139,16 @@ class SqlAlchemyStateAdapter(
         find nothing to do. Queue tables created by someone else (the application's
         own Alembic) are a :class:`ConfigurationError`; with ``adopt`` they are
         checked against the newest migration and, when they match, taken over by
-        stamping the version table (see docs/databases.md).
+        stamping the version table (see docs/databases.md). A database that does not
+        answer is the CLI's one-line :class:`ConfigurationError` naming it.
         """
         from state_adapters.migrations.runner import upgrade
 
-        async with self.engine.begin() as connection:
+        try:
+            connection = await self.engine.connect()
+        except DBAPIError as exc:
+            raise unreachable(self.engine.url, exc) from None
+        async with connection, connection.begin():
             await self._db.take_migration_lock(
                 connection, f"{self.tables.schema}.{self.tables.table_prefix}"
             )

@@ -148,8 +148,8 @@ async def test_reads_and_chain_actions_with_an_unusable_id_or_name_touch_no_data
         lambda: client.list_jobs(chain_id=bad),
         lambda: client.list_jobs(type_name=bad),
         lambda: client.count_jobs(type_names=[bad]),
-        lambda: client.trigger(bad),
-        lambda: client.cancel(bad),
+        lambda: client.trigger_chain(bad),
+        lambda: client.cancel_chain(bad),
         lambda: client.complete_chain(bad),
         lambda: client.delete_chain(bad),
     ]

@@ -77,7 +77,7 @@ async def test_cancelled_chain_is_final_and_never_runs(client: Client) -> None:
         ran.append(job.id)
 
     chain = await client.start_chain("later", delay=0.3)
-    cancelled = await client.cancel(chain.id)
+    cancelled = await client.cancel_chain(chain.id)
     assert cancelled.status == "cancelled"
     async with Worker(client, {"later": handler}, poll_interval=0.1):
         await asyncio.sleep(0.6)
@@ -91,7 +91,7 @@ async def test_trigger_makes_a_delayed_chain_due_now(client: Client) -> None:
 
     chain = await client.start_chain("later", delay=3600)
     async with Worker(client, {"later": handler}, poll_interval=60):
-        await client.trigger(chain.id)
+        await client.trigger_chain(chain.id)
         done = await client.await_chain(chain.id, timeout=5)
     assert done.output == "ran"
 

@@ -115,7 +115,7 @@ async def test_the_overview_counts_by_type_and_says_when_it_stopped_counting(
 async def test_chains_list_filters_and_pages_newest_first(queue: tuple) -> None:
     state, client = queue
     ids = [(await client.start_chain("a" if n % 2 else "b", {"n": n})).id for n in range(60)]
-    await client.cancel(ids[0])
+    await client.cancel_chain(ids[0])
     async with http(create_app(state, client.notify)) as h:
         first = (await h.get("/chains?type=a")).text
         listed = re.findall(r'data-chain-id="([0-9a-f]+)"', first)
@@ -265,7 +265,7 @@ async def test_live_stream_pushes_a_status_change_before_the_periodic_reread(
         assert first[0] == "update" and 'data-status="pending"' in first[1]
         await asyncio.sleep(0.3)  # the stream has subscribed by now
         started = time.monotonic()
-        await client.cancel(chain.id)
+        await client.cancel_chain(chain.id)
         name, html = await asyncio.wait_for(anext(events), REFRESH_WITH_NOTIFY)
         assert name == "update" and 'data-status="cancelled"' in html
         # The periodic re-read would come about REFRESH_WITH_NOTIFY after the first update.
@@ -287,7 +287,7 @@ async def test_without_a_notify_adapter_pages_fall_back_to_a_slow_reread(
         events = _events(stream)
         assert await anext(events) == ("hello", "refresh")
         assert 'data-status="pending"' in (await anext(events))[1]
-        await client.cancel(chain.id)
+        await client.cancel_chain(chain.id)
         name, html = await asyncio.wait_for(anext(events), 5)
         assert name == "update" and 'data-status="cancelled"' in html
 

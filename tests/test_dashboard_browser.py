@@ -182,7 +182,7 @@ async def test_stored_markup_in_inputs_outputs_and_errors_never_runs(
                 # HTML swapped in by a live update is as inert as the first render.
                 await page.goto(f"{url}/chains/{pending.id}")
                 await expect(page.locator("#live-state")).to_have_text("live")
-                await client.cancel(pending.id)
+                await client.cancel_chain(pending.id)
                 await expect(page.locator("h1 .status")).to_have_text("cancelled")
                 await expect(page.locator("#live")).to_contain_text(PAYLOADS[0])
                 await _assert_inert(page)

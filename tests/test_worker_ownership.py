@@ -35,7 +35,7 @@ async def test_cancelling_a_chain_cancels_its_running_handler(client: Client) ->
     chain = await client.start_chain("long")
     async with Worker(client, {"long": handler}, on_event=job_events(events)):
         await asyncio.wait_for(started.wait(), 5)
-        await client.cancel(chain.id)
+        await client.cancel_chain(chain.id)
         await asyncio.wait_for(cancelled.wait(), 5)
     assert (await client.get_chain(chain.id)).status == "cancelled"
     assert [e.kind for e in events] == ["started", "ownership_lost"]
@@ -141,7 +141,7 @@ async def test_heartbeat_raises_once_the_job_is_no_longer_ours(client: Client) -
     # No notifications and a long lease: only the heartbeat can notice the cancel.
     async with Worker(client, {"t": handler}, lease=30, on_event=job_events(events)):
         await asyncio.wait_for(started.wait(), 5)
-        await client.cancel(chain.id)
+        await client.cancel_chain(chain.id)
         proceed.set()
         await wait_until(lambda: len(events) == 2, timeout=5)
     assert outcome == ["first heartbeat ok", "lost"]

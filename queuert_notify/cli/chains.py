@@ -144,7 +144,7 @@ def chains_cancel(
 ) -> None:
     """Cancel a chain's unfinished job (a handler running it is cancelled)."""
     notify = (redis_url, redis_prefix)
-    chain = run(with_client(database_url, table_prefix, notify, lambda c: c.cancel(chain_id)))
+    chain = run(with_client(database_url, table_prefix, notify, lambda c: c.cancel_chain(chain_id)))
     _print_chain(chain, as_json)
 
 

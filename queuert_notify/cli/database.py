@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from queuert_notify.errors import ConfigurationError, mask_url
+from state_adapters.errors import cannot_connect, cannot_connect_reason
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -120,17 +121,10 @@ async def check_reachable(engine: AsyncEngine, database_url: str) -> None:
             async with engine.connect():
                 pass
     except (DBAPIError, OSError, sqlite3.Error) as exc:
-        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        password = engine.url.password
-        if password:
-            reason = reason.replace(str(password), "***")
-        hint = (
-            "does its directory exist, and may this user write there?"
-            if engine.dialect.name == "sqlite"
-            else "is the server running, and are the address and credentials right?"
-        )
+        reason = cannot_connect_reason(exc, engine.url.password)
+        sqlite = engine.dialect.name == "sqlite"
         raise ConfigurationError(
-            f"cannot connect to the database at {mask_url(database_url)}: {reason}; {hint}"
+            cannot_connect(mask_url(database_url), reason, sqlite=sqlite)
         ) from None
 
 

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError
 
 from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.client.operations import QueueOperations
 from queuert_notify.errors import (
     ChainNotFoundError,
     ConfigurationError,
+    DatabaseUnavailableError,
     InvalidInputError,
     NotifyAdapterClosedError,
     WaitChainTimeoutError,
@@ -27,6 +31,7 @@ from queuert_notify.errors import (
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.observe import instrumentation
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
+from state_adapters.errors import cannot_connect, cannot_connect_reason
 from state_adapters.ids import new_id
 from state_adapters.model import (
     FINAL_STATUSES,
@@ -40,7 +45,7 @@ from state_adapters.model import (
 from state_adapters.notifications import NotificationBuffer, send_later, wait_for_notifications
 from state_adapters.protocol import StateAdapter
 from state_adapters.transactions.after_commit import buffer_for_transaction
-from state_adapters.transactions.connection_loss import retry_on_connection_loss
+from state_adapters.transactions.connection_loss import is_connection_loss, retry_on_connection_loss
 from state_adapters.transactions.lost_commit import start_again
 from state_adapters.validation import check_json
 
@@ -54,6 +59,12 @@ T = TypeVar("T")
 DEFAULT_AWAIT_POLL_INTERVAL = 5.0
 """``await_chain`` re-reads the database at least this often (seconds), so a lost
 chain-completed notification costs at most this much latency."""
+
+
+DEFAULT_DATABASE_TIMEOUT = 5.0
+"""Seconds a client call keeps trying a database that does not answer (a restart or a
+quick failover fits) before it raises ``DatabaseUnavailableError``: a web request fails
+in seconds instead of hanging. ``Client(database_timeout=...)`` changes it."""
 
 
 CLOSE_FLUSH_LIMIT = 5.0
@@ -74,7 +85,9 @@ class Client(QueueOperations):
     raises the adapter's ``ConfigurationError`` naming the address instead.
 
     A call that runs in a transaction of its own (no ``session=``) is repeated, with
-    backoff, when its database connection is lost under it; in the caller's session it
+    backoff, when its database connection is lost under it or cannot be made, for at
+    most ``database_timeout`` seconds (default :data:`DEFAULT_DATABASE_TIMEOUT`); then
+    it raises ``DatabaseUnavailableError``, one line naming the database; in the caller's session it
     is not (that transaction died with the connection: the caller retries it whole).
     A connection lost while COMMIT was in flight leaves unknown whether the change was
     made, so every write is safe to repeat after a COMMIT that succeeded: each
@@ -82,11 +95,19 @@ class Client(QueueOperations):
     """
 
     def __init__(
-        self, *, state: StateAdapter, notify: NotifyAdapter, require_notify: bool = False
+        self,
+        *,
+        state: StateAdapter,
+        notify: NotifyAdapter,
+        require_notify: bool = False,
+        database_timeout: float = DEFAULT_DATABASE_TIMEOUT,
     ) -> None:
+        if not database_timeout > 0:
+            raise ConfigurationError(f"database_timeout must be > 0, got {database_timeout!r}")
         self.state = state
         self.notify = notify
         self.require_notify = require_notify
+        self.database_timeout = database_timeout
 
     async def __aenter__(self) -> Client:
         await self.connect()
@@ -120,6 +141,12 @@ class Client(QueueOperations):
                 CLOSE_FLUSH_LIMIT,
             )
         await self.notify.close()
+
+    async def migrate(self, *, adopt: bool = False) -> None:
+        """Create or upgrade the queue's tables (the state adapter's ``migrate``); a
+        database that does not answer is one ``ConfigurationError`` line naming it,
+        as from the CLI and ``SyncClient.migrate()``."""
+        await self.state.migrate(adopt=adopt)
 
     # -- starting chains -------------------------------------------------------------
 
@@ -318,7 +345,7 @@ class Client(QueueOperations):
 
     # -- acting on chains ------------------------------------------------------------
 
-    async def trigger(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+    async def trigger_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
         """Make the chain's pending job due now (skipping its delay or retry backoff).
 
         Safe to repeat: a job still pending is made due now again (and announced
@@ -328,7 +355,7 @@ class Client(QueueOperations):
             lambda notes: self.state.trigger_chain(chain_id, notes=notes, session=session),
         )
 
-    async def cancel(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+    async def cancel_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
         """Cancel the chain's unfinished job; a worker running it loses ownership and
         its handler is cancelled.
 
@@ -370,7 +397,7 @@ class Client(QueueOperations):
         """Complete the chain from application code, without a worker (e.g. an
         approval step); a worker running its job loses ownership.
 
-        Safe to repeat, like :meth:`cancel`: the repeat finds the chain final and
+        Safe to repeat, like :meth:`cancel_chain`: the repeat finds the chain final and
         returns it with the output the lost attempt stored."""
         check_json(output, "output")
         return await self._finish_chain(
@@ -392,6 +419,16 @@ class Client(QueueOperations):
         await self._retried(
             session, lambda: self.state.delete_chain(chain_id, session=session), again=delete_again
         )
+
+    async def cancel(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """Deprecated alias of :meth:`cancel_chain` (removed in the next release)."""
+        _renamed("cancel", "cancel_chain")
+        return await self.cancel_chain(chain_id, session=session)
+
+    async def trigger(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """Deprecated alias of :meth:`trigger_chain` (removed in the next release)."""
+        _renamed("trigger", "trigger_chain")
+        return await self.trigger_chain(chain_id, session=session)
 
     async def _finish_chain(
         self, session: CallerSession, finish: Callable[[NotificationBuffer], Awaitable[ChainRecord]]
@@ -420,7 +457,8 @@ class Client(QueueOperations):
         """``call()`` in the caller's session as it is; in a transaction of its own,
         repeated after a lost connection -- by ``again()`` when given (it first finds
         out what the lost attempt did), else by ``call()``, which must then be safe to
-        repeat after a COMMIT that succeeded unseen."""
+        repeat after a COMMIT that succeeded unseen -- for at most ``database_timeout``
+        seconds, then ``DatabaseUnavailableError``."""
         if session is not None:
             return await call()
         attempts = 0
@@ -430,7 +468,17 @@ class Client(QueueOperations):
             attempts += 1
             return await (call() if attempts == 1 or again is None else again())
 
-        return await retry_on_connection_loss(attempt, what="a database call")
+        until = asyncio.get_running_loop().time() + self.database_timeout
+        try:
+            return await retry_on_connection_loss(attempt, what="a client call", until=until)
+        except DBAPIError as exc:
+            if not is_connection_loss(exc):
+                raise
+            reason = cannot_connect_reason(exc, None)
+            raise DatabaseUnavailableError(
+                f"gave up after {self.database_timeout:g}s (Client(database_timeout=...)): "
+                + cannot_connect(self.state.address, reason, sqlite=False)
+            ) from None
 
     async def _write(
         self,
@@ -464,3 +512,11 @@ class Client(QueueOperations):
         transport failure is logged, never raised, and workers find the jobs on their
         next poll."""
         send_later(self.notify, notes)
+
+
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(
+        f"Client.{old} is renamed Client.{new}; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )

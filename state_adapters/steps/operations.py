@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from state_adapters.database import Database
-    from state_adapters.transactions.calls import Transactions
+    from state_adapters.transactions.calls import CallerSession, Transactions
 
 
 class QueueOperations:
@@ -28,14 +28,18 @@ class QueueOperations:
     _transactions: Transactions
 
     async def prune_chains(
-        self, finished_before: datetime, *, batch_size: int = DEFAULT_PRUNE_BATCH_SIZE
+        self,
+        finished_before: datetime,
+        *,
+        batch_size: int = DEFAULT_PRUNE_BATCH_SIZE,
+        session: CallerSession = None,
     ) -> int:
-        """One batch of retention, a transaction of its own; see
+        """One batch of retention, a transaction of its own (or ``session``'s); see
         :mod:`state_adapters.steps.pruning`."""
         validation.check_aware(finished_before, "finished_before")
         validation.check_positive_int(batch_size, "batch_size")
         return await self._transactions.write(
-            None,
+            session,
             NotificationBuffer(),
             lambda c, _n: self._db.prune_batch(c, finished_before, batch_size),
         )

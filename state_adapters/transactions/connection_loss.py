@@ -19,6 +19,7 @@ from typing import TypeVar
 from sqlalchemy.exc import DBAPIError
 
 from state_adapters.backoff import Backoff
+from state_adapters.errors import cannot_connect_reason
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ async def retry_on_connection_loss(
     """Await ``call()``, calling again with jittered exponential backoff while the
     database is unreachable (:func:`is_connection_loss`), for :data:`RETRY_WINDOW`
     seconds or, with ``until`` (a ``loop.time()``), for as long as the next call would
-    start before ``until``.
+    start before ``until``. Logs one WARNING when it first retries (the rest at DEBUG).
 
     Only for calls that are safe to repeat: reads, writes fenced by a lease token, and
     writes in a transaction of their own. A connection lost while COMMIT was in flight
@@ -82,10 +83,13 @@ async def retry_on_connection_loss(
             pause = backoff.next()
             if not is_connection_loss(exc) or loop.time() + pause >= deadline:
                 raise
-            logger.warning(
-                "database unreachable during %s; retrying in %.2fs",
+            # One line per call at the default level; each further attempt at DEBUG.
+            logger.log(
+                logging.WARNING if attempt == 1 else logging.DEBUG,
+                "database unreachable during %s; retrying for up to %.0fs: %s",
                 what,
-                pause,
+                deadline - loop.time(),
+                cannot_connect_reason(exc, None),
                 extra={"attempt": attempt, "error": type(exc.orig).__name__},
             )
         await asyncio.sleep(pause)

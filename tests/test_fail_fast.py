@@ -1,0 +1,94 @@
+"""A database that does not answer is one line users can act on, from every entry
+point: ``migrate()`` on either client or the state adapter says what the CLI says, and
+a client operation gives up after its bounded wait with ``DatabaseUnavailableError``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import create_engine
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from queuert_notify import Client, ConfigurationError, SyncClient
+from queuert_notify.cli import main
+from queuert_notify.errors import DatabaseUnavailableError
+from queuert_notify.notify.noop import NoopNotifyAdapter
+from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+from tests.support.services import free_port
+
+
+@pytest.fixture
+def closed_url() -> str:
+    """A Postgres URL, with a password, on a loopback port nothing listens on."""
+    return f"postgresql+psycopg://app:s3cret@127.0.0.1:{free_port()}/jobs"
+
+
+def cli_line(url: str) -> str:
+    result = CliRunner().invoke(main, ["migrate", "--database-url", url])
+    assert result.exit_code != 0
+    (line,) = result.output.strip().splitlines()
+    return line
+
+
+def test_migrate_on_an_unreachable_database_says_what_the_cli_says(closed_url: str) -> None:
+    expected = cli_line(closed_url)  # the CLI runs its own event loop
+    assert "s3cret" not in expected and "app:***@127.0.0.1" in expected
+
+    async def from_async_callers() -> list[pytest.ExceptionInfo[ConfigurationError]]:
+        engine = create_async_engine(closed_url)
+        state = SqlAlchemyStateAdapter(engine)
+        try:
+            with pytest.raises(ConfigurationError) as from_state:
+                await state.migrate()
+            with pytest.raises(ConfigurationError) as from_client:
+                await Client(state=state, notify=NoopNotifyAdapter()).migrate()
+        finally:
+            await engine.dispose()
+        return [from_state, from_client]
+
+    raised = asyncio.run(from_async_callers())
+    sync_engine = create_engine(closed_url)
+    try:
+        with pytest.raises(ConfigurationError) as from_sync_client:
+            SyncClient(sync_engine).migrate()
+    finally:
+        sync_engine.dispose()
+
+    for error in [*raised, from_sync_client]:
+        assert expected.endswith(str(error.value))
+        assert error.value.__cause__ is None and error.value.__suppress_context__
+
+
+async def test_a_client_call_gives_up_on_an_unreachable_database_with_one_line(
+    closed_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = create_async_engine(closed_url)
+    client = Client(
+        state=SqlAlchemyStateAdapter(engine), notify=NoopNotifyAdapter(), database_timeout=0.5
+    )
+    caplog.set_level(logging.INFO)
+    try:
+        with pytest.raises(DatabaseUnavailableError) as raised:
+            await client.start_chain("charge", {"order": 1})
+    finally:
+        await engine.dispose()
+    message = str(raised.value)
+    assert message.startswith("gave up after 0.5s")
+    assert "app:***@127.0.0.1" in message and "s3cret" not in message
+    assert "\n" not in message and raised.value.__cause__ is None
+    # One WARNING for the whole wait; the other attempts at DEBUG.
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "Traceback" not in caplog.text
+
+
+def test_a_sync_client_call_on_an_unreachable_database_is_one_line(closed_url: str) -> None:
+    engine = create_engine(closed_url)
+    try:
+        with pytest.raises(DatabaseUnavailableError) as raised:
+            SyncClient(engine).start_chain("charge", {"order": 1})
+    finally:
+        engine.dispose()
+    assert "app:***@127.0.0.1" in str(raised.value) and "\n" not in str(raised.value)

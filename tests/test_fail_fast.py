@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +22,8 @@ from queuert_notify.errors import DatabaseUnavailableError
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from tests.support.services import free_port
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -92,3 +98,47 @@ def test_a_sync_client_call_on_an_unreachable_database_is_one_line(closed_url: s
     finally:
         engine.dispose()
     assert "app:***@127.0.0.1" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def run_worker_cli(database_url: str, *options: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "QT_DATABASE_URL": database_url,
+        "QT_TABLE_PREFIX": "qn_fail_fast_",
+        "COLUMNS": "80",  # a narrow terminal must not fold a line in two
+    }
+    command = [sys.executable, "-m", "queuert_notify.cli", "worker"]
+    return subprocess.run(
+        [*command, "tests.support.e2e_app:build_worker", "--processes=1", *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO,
+    )
+
+
+def test_a_worker_pointed_at_a_closed_port_gives_up_after_its_startup_timeout(
+    closed_url: str,
+) -> None:
+    finished = run_worker_cli(closed_url, "--startup-timeout=4")
+    output = finished.stdout + finished.stderr
+    lines = output.strip().splitlines()
+    tries = [line for line in lines if "database unreachable at start" in line]
+
+    assert finished.returncode != 0
+    assert "Traceback" not in output and "s3cret" not in output
+    assert len(tries) >= 2  # it did wait: 1 s, 2 s, then the rest of the 4 s
+    # The banner, one line per try, the one-line error: nothing else.
+    assert len(lines) == 1 + len(tries) + 1, output
+    assert lines[-1].startswith("Error: ConfigurationError: gave up after 4s")
+    assert "app:***@127.0.0.1" in lines[-1]
+
+
+def test_a_worker_on_a_database_that_does_not_exist_fails_at_once(postgres_url: str) -> None:
+    missing = postgres_url.rsplit("/", 1)[0] + "/queuert_no_such_database"
+    finished = run_worker_cli(missing, "--startup-timeout=600")
+    output = finished.stdout + finished.stderr
+    assert finished.returncode != 0
+    assert "database unreachable at start" not in output and "Traceback" not in output
+    assert 'database "queuert_no_such_database" does not exist' in output.splitlines()[-1]

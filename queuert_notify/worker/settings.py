@@ -37,12 +37,14 @@ class WorkerSettings:
     loop_lag_threshold: float | None = 0.5
     schedules: tuple[Schedule, ...] = ()
     retention: timedelta | None = None
+    startup_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         check_positive_int(self.concurrency, "concurrency")
         check_seconds(self.poll_interval, "poll_interval", allow_zero=False)
         check_seconds(self.lease, "lease", allow_zero=False)
         check_seconds(self.drain_timeout, "drain_timeout", allow_zero=True)
+        check_seconds(self.startup_timeout, "startup_timeout", allow_zero=True)
         check_positive_int(self.completion_batch_size, "completion_batch_size")
         if self.handler_timeout is not None:
             check_seconds(self.handler_timeout, "handler_timeout", allow_zero=False)

@@ -31,7 +31,7 @@ from queuert_notify.worker.loop_watchdog import LoopWatchdog, warn_blocked
 from queuert_notify.worker.settings import WorkerMode, WorkerSettings
 from queuert_notify.worker.shutdown import Shutdown, settle, stop_signals
 from queuert_notify.worker.slots import Slots
-from queuert_notify.worker.startup_checks import check_pool_size, check_tables
+from queuert_notify.worker.startup_checks import check_pool_size, wait_for_database
 from queuert_notify.worker.wake_policy import WakePolicy
 from queuert_notify.worker.wake_subscriptions import WakeSubscriptions
 from state_adapters.backoff import Backoff
@@ -94,6 +94,7 @@ class Worker:
         loop_lag_threshold: float | None = 0.5,
         schedules: Sequence[Schedule] = (),
         retention: timedelta | None = None,
+        startup_timeout: float = 30.0,
     ) -> None:
         """
         ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter``
@@ -107,7 +108,8 @@ class Worker:
         be blocked before a warning names the running jobs (``None``: no watchdog);
         ``schedules``: :class:`Schedule` s whose chains this worker starts, one per tick
         across all workers; ``retention``: delete chains that finished longer ago than
-        this (``None``: keep them) -- see docs/operations.md.
+        this (``None``: keep them) -- see docs/operations.md; ``startup_timeout``: seconds
+        ``run()`` waits for an unreachable database before its ConfigurationError.
         Checked here (see :class:`WorkerSettings`): a bad value raises InvalidInputError.
         """
         settings = WorkerSettings(
@@ -126,6 +128,7 @@ class Worker:
             loop_lag_threshold=loop_lag_threshold,
             schedules=tuple(schedules),
             retention=retention,
+            startup_timeout=startup_timeout,
         )
         self.settings = settings
         self.client = client
@@ -262,7 +265,9 @@ class Worker:
             try:
                 await self.client.connect()
                 check_pool_size(self.client.state, self.settings)
-                await check_tables(self.client.state)
+                await wait_for_database(
+                    self.client.state, self.settings.startup_timeout, worker_id=self.worker_id
+                )
                 # Claims and completions on connections kept out of the pool while the
                 # worker runs (when the adapter keeps any).
                 await held.enter_async_context(self.client.state.holding_connections())

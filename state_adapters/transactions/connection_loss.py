@@ -43,8 +43,9 @@ def is_connection_loss(exc: BaseException) -> bool:
     """True when ``exc`` says the database could not be reached: the connection died
     under the call, connecting failed (refused, reset, timed out: no SQLSTATE), a
     connection exception (SQLSTATE class 08), or a server starting up or shutting
-    down. Never for constraint violations, bad SQL, lock or statement timeouts."""
-    if not isinstance(exc, DBAPIError):
+    down. Never for constraint violations, bad SQL, lock or statement timeouts, nor
+    for a server that refuses the connection for good (:func:`is_refused`)."""
+    if not isinstance(exc, DBAPIError) or is_refused(exc):
         return False
     if exc.connection_invalidated:
         return True
@@ -57,6 +58,28 @@ def is_connection_loss(exc: BaseException) -> bool:
         orig = type(exc.orig)
         return orig.__name__ == "OperationalError" and orig.__module__.startswith("psycopg")
     return sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES
+
+
+_REFUSALS = (
+    "does not exist",  # the database or the role
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "not permitted to log in",
+)
+"""What a Postgres server says when it refuses a connection for good. psycopg reports
+these without a SQLSTATE (asyncpg with class 28 or 3D), like a refused port."""
+
+
+def is_refused(exc: BaseException) -> bool:
+    """True when the server answered but refused the connection for a reason waiting
+    does not fix: wrong credentials, no such database or role, not allowed in."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate is not None:
+        return str(sqlstate).startswith(("28", "3D"))
+    message = str(exc.orig)
+    return "FATAL:" in message and any(refusal in message for refusal in _REFUSALS)
 
 
 async def retry_on_connection_loss(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from state_adapters.model import (
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
     from state_adapters.errors import JobOwnershipLostError
+    from state_adapters.health import HealthReport, HealthThresholds
     from state_adapters.notifications import NotificationBuffer
     from state_adapters.transactions.handler_transaction import HandlerTransaction
 
@@ -269,7 +270,11 @@ class StateAdapter(Protocol):
     async def schedule_ticks(self, names: Sequence[str]) -> Mapping[str, datetime]:
         """The last tick recorded for each of these schedules that has one."""
 
-    # -- operating the queue ---------------------------------------------------------
+    async def database_time(self) -> datetime:
+        """The current instant on the clock every worker shares (the database's): the
+        schedules' ticks are decided on it, so a worker whose own clock is wrong cannot
+        take a tick early or hold one back."""
+        ...
 
     async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
         """Stop every worker from claiming jobs of ``type_name`` (running ones finish);
@@ -301,6 +306,12 @@ class StateAdapter(Protocol):
 
     async def type_controls(self) -> list[TypeLimits]:
         """Every type that is paused or limited, by name."""
+        ...
+
+    async def health(
+        self, *, thresholds: HealthThresholds | None = None, session: CallerSession = None
+    ) -> HealthReport:
+        """The queue's health as its database sees it (:mod:`state_adapters.health`)."""
         ...
 
     # -- what a worker's loop uses ---------------------------------------------------
@@ -416,6 +427,10 @@ class StateAdapterBase:
     ) -> StartedChain | None:
         raise _unsupported(self, "schedules (take_schedule_tick)")
 
+    async def database_time(self) -> datetime:
+        # No shared clock known: this process's.
+        return datetime.now(UTC)
+
     async def schedule_ticks(self, names: Sequence[str]) -> Mapping[str, datetime]:
         raise _unsupported(self, "schedules (schedule_ticks)")
 
@@ -484,6 +499,11 @@ class StateAdapterBase:
 
     async def chain_links(self, chain_id: str, *, limit: int = 100) -> ChainLinks:
         return ChainLinks(blocked_by=(), blocking=())
+
+    async def health(self: StateAdapter, **_: Any) -> HealthReport:
+        from state_adapters.steps.health import counts_only
+
+        return await counts_only(self)
 
 
 def _unsupported(adapter: object, feature: str) -> Exception:

@@ -16,7 +16,8 @@ Each method checks its arguments, then runs named steps in a transaction:
 starting (:mod:`state_adapters.steps.starting`), completing
 (:mod:`state_adapters.steps.completion`), chains becoming final
 (:mod:`state_adapters.steps.finishing`), chain actions (:mod:`state_adapters.steps.chain_actions`),
-retention and schedule ticks (:mod:`state_adapters.steps.operations`);
+retention and schedule ticks (:mod:`state_adapters.steps.operations`), the health
+report (:mod:`state_adapters.steps.health`);
 what differs between Postgres and SQLite is asked of the
 :class:`~state_adapters.database.Database` chosen at construction.
 """
@@ -58,6 +59,7 @@ from state_adapters.steps import failing, starting
 from state_adapters.steps.chain_actions import ChainActions
 from state_adapters.steps.chain_reads import ChainReads
 from state_adapters.steps.completion import claim_jobs, complete, ownership_lost
+from state_adapters.steps.health import HealthCheck
 from state_adapters.steps.inspection import Inspection
 from state_adapters.steps.operations import QueueOperations
 from state_adapters.steps.type_controls import TypeControlMethods, TypeControls
@@ -71,7 +73,7 @@ if TYPE_CHECKING:
 
 
 class SqlAlchemyStateAdapter(
-    ChainActions, ChainReads, Inspection, QueueOperations, TypeControlMethods
+    ChainActions, ChainReads, HealthCheck, Inspection, QueueOperations, TypeControlMethods
 ):
     """Job state in the application's own Postgres or SQLite database.
 
@@ -148,11 +150,14 @@ class SqlAlchemyStateAdapter(
             connection = await self.engine.connect()
         except DBAPIError as exc:
             raise unreachable(self.engine.url, exc) from None
-        async with connection, connection.begin():
-            await self._db.take_migration_lock(
-                connection, f"{self.tables.schema}.{self.tables.table_prefix}"
-            )
-            await connection.run_sync(upgrade, self.tables, adopt=adopt)
+        try:
+            async with connection.begin():
+                await self._db.take_migration_lock(
+                    connection, f"{self.tables.schema}.{self.tables.table_prefix}"
+                )
+                await connection.run_sync(upgrade, self.tables, adopt=adopt)
+        finally:
+            await connection.close()
 
     # -- starting chains ---------------------------------------------------------------
 

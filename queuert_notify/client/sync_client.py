@@ -17,6 +17,7 @@ from queuert_notify.client.sync_operations import SyncQueueOperations
 from queuert_notify.errors import InvalidInputError, WaitChainTimeoutError
 from queuert_notify.observe import instrumentation
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
+from state_adapters.health import HealthReport, HealthThresholds
 from state_adapters.model import (
     FINAL_STATUSES,
     ChainRecord,
@@ -272,4 +273,11 @@ class SyncClient(SyncQueueOperations):
         """Number of jobs per status."""
         return self._state.read(
             None, lambda state, conn, _: state.count_jobs(type_names=type_names, session=conn)
+        )
+
+    def health(self, *, thresholds: HealthThresholds | None = None) -> HealthReport:
+        """The queue's health (see :meth:`Client.health`), on a connection of the
+        engine's pool."""
+        return self._state.read(
+            None, lambda state, conn, _: state.health(thresholds=thresholds, session=conn)
         )

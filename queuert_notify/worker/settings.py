@@ -20,7 +20,20 @@ WorkerMode = Literal["atomic", "staged"]
 class WorkerSettings:
     """The keyword arguments of :class:`~queuert_notify.worker.worker.Worker`, valid by
     construction: a bad value is an ``InvalidInputError`` naming the setting, raised
-    before the worker exists. An empty ``worker_id`` becomes a random one."""
+    before the worker exists. An empty ``worker_id`` becomes a random one.
+
+    ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter`` as a
+    fraction); ``lease``: seconds a claim lasts without renewal (renewed every third of
+    it); ``handler_timeout``: seconds after which a handler's attempt fails;
+    ``retry_backoff(attempt) -> seconds`` overrides the state adapter's capped
+    exponential backoff; ``reap_interval``: how often an idle worker returns expired
+    leases to pending (default ``lease / 2``); ``loop_lag_threshold``: seconds the event
+    loop may be blocked before a warning names the running jobs (``None``: no
+    watchdog); ``schedules``: :class:`Schedule` s whose chains this worker starts, one
+    per tick across all workers; ``retention``: delete chains that finished longer ago
+    than this (``None``: keep them) -- see docs/operations.md; ``startup_timeout``:
+    seconds ``run()`` waits for a database that does not answer before its one-line
+    ``ConfigurationError`` (see docs/workers.md)."""
 
     concurrency: int = 10
     poll_interval: float = 60.0

@@ -31,18 +31,21 @@ from queuert_notify.worker.loop_watchdog import LoopWatchdog, warn_blocked
 from queuert_notify.worker.settings import WorkerMode, WorkerSettings
 from queuert_notify.worker.shutdown import Shutdown, settle, stop_signals
 from queuert_notify.worker.slots import Slots
-from queuert_notify.worker.startup_checks import check_pool_size, wait_for_database
+from queuert_notify.worker.startup_checks import check_at_start
 from queuert_notify.worker.wake_policy import WakePolicy
 from queuert_notify.worker.wake_subscriptions import WakeSubscriptions
 from state_adapters.backoff import Backoff
 from state_adapters.model import JobRecord
 from state_adapters.notifications import wait_for_notifications
+from state_adapters.outage_log import OutageLog
 
 __all__ = ["Worker", "WorkerMode", "WorkerSettings"]
 
 logger = logging.getLogger(__name__)
 
 _ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX = 0.5, 30.0
+_LOOP_WARNING_INTERVAL = 60.0
+"""While the loop keeps failing, one warning per this many seconds (the rest at DEBUG)."""
 """Seconds the loop pauses after a failed pass: doubling from the first to the maximum."""
 
 
@@ -96,22 +99,10 @@ class Worker:
         retention: timedelta | None = None,
         startup_timeout: float = 30.0,
     ) -> None:
-        """
-        ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter``
-        as a fraction); ``lease``: seconds a claim lasts without renewal (renewed every
-        third of it); ``handler_timeout``: seconds after which a handler's attempt fails;
-        ``retry_backoff(attempt) -> seconds`` overrides the state adapter's capped
-        exponential backoff; ``reap_interval``: how often an idle worker returns expired
-        leases to pending (default ``lease / 2``); ``on_event``: called with a
-        :class:`WorkerEvent` for every started/completed/retried/failed/ownership_lost/
-        reaped/progress/loop_blocked; ``loop_lag_threshold``: seconds the event loop may
-        be blocked before a warning names the running jobs (``None``: no watchdog);
-        ``schedules``: :class:`Schedule` s whose chains this worker starts, one per tick
-        across all workers; ``retention``: delete chains that finished longer ago than
-        this (``None``: keep them) -- see docs/operations.md; ``startup_timeout``: seconds
-        ``run()`` waits for an unreachable database before its ConfigurationError.
-        Checked here (see :class:`WorkerSettings`): a bad value raises InvalidInputError.
-        """
+        """The keyword arguments are :class:`WorkerSettings`' (documented there) and
+        ``on_event``: called with a :class:`WorkerEvent` for every started/completed/
+        retried/failed/ownership_lost/reaped/progress/loop_blocked. Checked here: a bad
+        value raises InvalidInputError."""
         settings = WorkerSettings(
             concurrency=concurrency,
             poll_interval=poll_interval,
@@ -224,6 +215,12 @@ class Worker:
         if self._run_task is not None:
             await asyncio.gather(self._run_task, return_exceptions=True)
 
+    @property
+    def abandoned_jobs(self) -> int:
+        """Running jobs this worker gave up on when it stopped (the drain timeout passed,
+        a forced stop): each runs again once its lease expires. 0 after a full drain."""
+        return self._slots.abandoned
+
     def _called_from_inside(self) -> bool:
         current = asyncio.current_task()
         return current is self._run_task or current in self._slots.tasks()
@@ -264,10 +261,7 @@ class Worker:
         with stop_signals(self._on_signal, enabled=handle_signals):
             try:
                 await self.client.connect()
-                check_pool_size(self.client.state, self.settings)
-                await wait_for_database(
-                    self.client.state, self.settings.startup_timeout, worker_id=self.worker_id
-                )
+                await check_at_start(self.client.state, self.settings)
                 # Claims and completions on connections kept out of the pool while the
                 # worker runs (when the adapter keeps any).
                 await held.enter_async_context(self.client.state.holding_connections())
@@ -408,23 +402,24 @@ class Worker:
         timer). A failed pass is retried after a backoff; a ConfigurationError (the
         tables are gone) stops the worker."""
         errors = Backoff(_ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX)
+        # An outage (a database restarting, backends terminated) fails pass after pass:
+        # one line when it starts, one a minute while it lasts, one when it ends.
+        failures = OutageLog(
+            logger, "worker loop", interval=_LOOP_WARNING_INTERVAL, tracebacks=False
+        )
         while not self._shutdown.requested:
             # Cleared before claiming, so a reason arriving meanwhile is kept.
             self._wake.clear()
             try:
                 sleep = await self._claim_and_start()
                 errors.reset()
+                failures.succeeded()
             except ConfigurationError as exc:
                 logger.error("worker stopped: %s", exc, extra={"worker_id": self.worker_id})
                 raise
             except Exception:
                 sleep = min(errors.next(), self.poll_interval)
-                logger.warning(
-                    "worker loop failed; retrying in %.1fs",
-                    sleep,
-                    exc_info=True,
-                    extra={"worker_id": self.worker_id},
-                )
+                failures.failed(f"retrying in {sleep:.1f}s", worker_id=self.worker_id)
             if self._shutdown.requested:
                 break
             if sleep is None:

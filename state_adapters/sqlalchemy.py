@@ -36,12 +36,7 @@ from state_adapters import arguments, validation
 from state_adapters.arguments import check_type_names, check_worker_id
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
 from state_adapters.database import database_for
-from state_adapters.errors import (
-    ConfigurationError,
-    JobOwnershipLostError,
-    mask_url,
-    unreachable,
-)
+from state_adapters.errors import ConfigurationError, JobOwnershipLostError, mask_url
 from state_adapters.migrations import missing_tables
 from state_adapters.model import (
     Completion,
@@ -65,6 +60,7 @@ from state_adapters.steps.operations import QueueOperations
 from state_adapters.steps.type_controls import TypeControlMethods, TypeControls
 from state_adapters.transactions.calls import Transactions
 from state_adapters.transactions.connection_lanes import lanes_for
+from state_adapters.transactions.connection_loss import begin_or_explain
 from state_adapters.transactions.handler_transaction import HandlerTransaction
 
 if TYPE_CHECKING:
@@ -146,18 +142,11 @@ class SqlAlchemyStateAdapter(
         """
         from state_adapters.migrations.runner import upgrade
 
-        try:
-            connection = await self.engine.connect()
-        except DBAPIError as exc:
-            raise unreachable(self.engine.url, exc) from None
-        try:
-            async with connection.begin():
-                await self._db.take_migration_lock(
-                    connection, f"{self.tables.schema}.{self.tables.table_prefix}"
-                )
-                await connection.run_sync(upgrade, self.tables, adopt=adopt)
-        finally:
-            await connection.close()
+        async with begin_or_explain(self.engine) as connection:
+            await self._db.take_migration_lock(
+                connection, f"{self.tables.schema}.{self.tables.table_prefix}"
+            )
+            await connection.run_sync(upgrade, self.tables, adopt=adopt)
 
     # -- starting chains ---------------------------------------------------------------
 

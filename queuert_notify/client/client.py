@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
+from queuert_notify.client.chain_actions import ChainActions
 from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.client.operations import QueueOperations
 from queuert_notify.errors import (
-    ChainNotFoundError,
     ConfigurationError,
     DatabaseUnavailableError,
     InvalidInputError,
@@ -47,7 +47,6 @@ from state_adapters.protocol import StateAdapter
 from state_adapters.transactions.after_commit import buffer_for_transaction
 from state_adapters.transactions.connection_loss import is_connection_loss, retry_on_connection_loss
 from state_adapters.transactions.lost_commit import start_again
-from state_adapters.validation import check_json
 
 if TYPE_CHECKING:
     from state_adapters.protocol import CallerSession
@@ -73,7 +72,7 @@ CONNECT_LIMIT = 5.0
 """Seconds ``Client.connect()`` waits for the notify adapter to connect."""
 
 
-class Client(QueueOperations):
+class Client(ChainActions, QueueOperations):
     """Application-side access to the queue.
 
     ``async with Client(state=..., notify=...)`` connects the notify adapter on enter
@@ -359,82 +358,7 @@ class Client(QueueOperations):
         """Number of jobs per status."""
         return await self._retried(None, lambda: self.state.count_jobs(type_names=type_names))
 
-    # -- acting on chains ------------------------------------------------------------
-
-    async def trigger_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
-        """Make the chain's pending job due now (skipping its delay or retry backoff).
-
-        Safe to repeat: a job still pending is made due now again (and announced
-        again), one claimed meanwhile is left alone."""
-        return await self._write(
-            session,
-            lambda notes: self.state.trigger_chain(chain_id, notes=notes, session=session),
-        )
-
-    async def cancel_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
-        """Cancel the chain's unfinished job; a worker running it loses ownership and
-        its handler is cancelled.
-
-        Safe to repeat: a final chain is returned as it is, so a repeat after a lost
-        COMMIT that succeeded returns the cancelled chain (and announces its end again,
-        since the lost attempt's notifications were lost with it)."""
-        return await self._finish_chain(
-            session,
-            lambda notes: self.state.cancel_chain(chain_id, notes=notes, session=session),
-        )
-
-    async def retry_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
-        """Run a failed or cancelled chain again from its last job, with its attempts
-        starting over; workers are woken for it. Raises ``ChainNotFoundError``, or
-        ``InvalidInputError`` for a chain that is not failed or cancelled.
-
-        Jobs of other chains that waited on this one were released when it failed;
-        they are not held back again.
-
-        Safe to repeat: a repeat after a lost COMMIT that finds the chain running
-        again returns it as it is."""
-
-        async def retry_again(notes: NotificationBuffer) -> ChainRecord:
-            chain = await self.state.get_chain(chain_id)
-            if chain.status in FINAL_STATUSES:
-                return await self.state.retry_chain(chain_id, notes=notes)
-            notes.job_scheduled(chain.last_job.type_name)
-            return chain
-
-        return await self._write(
-            session,
-            lambda notes: self.state.retry_chain(chain_id, notes=notes, session=session),
-            again=retry_again,
-        )
-
-    async def complete_chain(
-        self, chain_id: str, output: Any = None, *, session: CallerSession = None
-    ) -> ChainRecord:
-        """Complete the chain from application code, without a worker (e.g. an
-        approval step); a worker running its job loses ownership.
-
-        Safe to repeat, like :meth:`cancel_chain`: the repeat finds the chain final and
-        returns it with the output the lost attempt stored."""
-        check_json(output, "output")
-        return await self._finish_chain(
-            session,
-            lambda notes: self.state.complete_chain(chain_id, output, notes=notes, session=session),
-        )
-
-    async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
-        """Delete the chain and its jobs; raises ``ChainInUseError`` while other jobs
-        are blocked on it.
-
-        Safe to repeat: a repeat after a lost connection that finds the chain gone
-        returns, since the lost attempt (or someone else) deleted it."""
-
-        async def delete_again() -> None:
-            with suppress(ChainNotFoundError):
-                await self.state.delete_chain(chain_id)
-
-        await self._retried(
-            session, lambda: self.state.delete_chain(chain_id, session=session), again=delete_again
-        )
+    # -- old names -------------------------------------------------------------------
 
     async def cancel(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
         """Deprecated alias of :meth:`cancel_chain` (removed in the next release)."""
@@ -445,21 +369,6 @@ class Client(QueueOperations):
         """Deprecated alias of :meth:`trigger_chain` (removed in the next release)."""
         _renamed("trigger", "trigger_chain")
         return await self.trigger_chain(chain_id, session=session)
-
-    async def _finish_chain(
-        self, session: CallerSession, finish: Callable[[NotificationBuffer], Awaitable[ChainRecord]]
-    ) -> ChainRecord:
-        """``finish`` (cancel or complete) through :meth:`_write`; a repeat that finds the
-        chain final owes the announcements the lost attempt may have made."""
-
-        async def finish_again(notes: NotificationBuffer) -> ChainRecord:
-            chain = await finish(notes)
-            if chain.status in FINAL_STATUSES:
-                notes.chain_completed(chain.id)
-                notes.ownership_lost(chain.last_job.id)
-            return chain
-
-        return await self._write(session, finish, again=finish_again)
 
     # -- state calls -----------------------------------------------------------------
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from state_adapters.backoff import Backoff
-from state_adapters.errors import cannot_connect_reason
+from state_adapters.errors import cannot_connect_reason, unreachable
 
 logger = logging.getLogger(__name__)
 
@@ -117,3 +119,18 @@ async def retry_on_connection_loss(
             )
         await asyncio.sleep(pause)
         attempt += 1
+
+
+@asynccontextmanager
+async def begin_or_explain(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """``engine.begin()``, where a database that cannot be connected to is the one-line
+    :func:`~state_adapters.errors.unreachable` ``ConfigurationError`` (``migrate()``)."""
+    try:
+        connection = await engine.connect()
+    except DBAPIError as exc:
+        raise unreachable(engine.url, exc) from None
+    try:
+        async with connection.begin():
+            yield connection
+    finally:
+        await connection.close()

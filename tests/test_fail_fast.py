@@ -20,6 +20,8 @@ from queuert_notify import Client, ConfigurationError, SyncClient
 from queuert_notify.cli import main
 from queuert_notify.errors import DatabaseUnavailableError
 from queuert_notify.notify.noop import NoopNotifyAdapter
+from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
+from state_adapters.notifications import wait_for_notifications
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from tests.support.services import free_port
 
@@ -142,3 +144,24 @@ def test_a_worker_on_a_database_that_does_not_exist_fails_at_once(postgres_url: 
     assert finished.returncode != 0
     assert "database unreachable at start" not in output and "Traceback" not in output
     assert 'database "queuert_no_such_database" does not exist' in output.splitlines()[-1]
+
+
+async def test_a_notify_server_that_is_down_costs_the_producer_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/jobs.db")
+    state = SqlAlchemyStateAdapter(engine)
+    await state.migrate()
+    notify = RedisNotifyAdapter(f"redis://127.0.0.1:{free_port()}/0", prefix="qn-ff")
+    caplog.set_level(logging.INFO)
+    try:
+        async with Client(state=state, notify=notify) as client:
+            for n in range(20):
+                await client.start_chain("charge", {"order": n})
+                assert await wait_for_notifications(timeout=10)
+    finally:
+        await engine.dispose()
+    published = [r for r in caplog.records if r.name == "state_adapters.notifications"]
+    assert [r.levelname for r in published] == ["WARNING"]
+    assert "sending a notification failed: " in published[0].getMessage()
+    assert not published[0].exc_info and "Traceback" not in caplog.text

@@ -21,6 +21,7 @@ from state_adapters.model import (
     QueueOverview,
     StartedChain,
     TypeLimits,
+    WorkerRecord,
 )
 
 if TYPE_CHECKING:
@@ -65,6 +66,27 @@ class StateAdapterBase:
 
     async def type_controls(self) -> list[TypeLimits]:
         return []
+
+    async def record_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        pid: int,
+        type_names: Sequence[str],
+        slots: int,
+        starting: bool = False,
+    ) -> None:
+        return None  # no registry: workers are not listed
+
+    async def forget_worker(self, worker_id: str) -> None:
+        return None
+
+    async def workers(self) -> list[WorkerRecord]:
+        return []
+
+    async def due_jobs_by_type(self) -> Mapping[str, int]:
+        return {}
 
     @property
     def completes_with_claims(self) -> bool:

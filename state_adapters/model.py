@@ -149,6 +149,29 @@ class FailureOutcome:
     retry_at: datetime | None
 
 
+WORKER_DEAD_AFTER = 180.0
+"""Seconds without a heartbeat after which a worker counts as dead (a live one beats at
+least every minute, with its reaper's tick)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """One worker as it recorded itself (:meth:`StateAdapter.workers`): ``type_names``
+    it handles, ``slots`` (its concurrency), when it started and last beat."""
+
+    id: str
+    host: str
+    pid: int
+    type_names: tuple[str, ...]
+    slots: int
+    started_at: datetime
+    heartbeat_at: datetime
+
+    def alive(self, now: datetime) -> bool:
+        """Beat within :data:`WORKER_DEAD_AFTER` seconds of ``now``."""
+        return (now - self.heartbeat_at).total_seconds() <= WORKER_DEAD_AFTER
+
+
 @dataclass(frozen=True, slots=True)
 class TypeLimits:
     """What is set for one job type (:meth:`StateAdapter.type_controls`); ``None``: no

@@ -28,6 +28,7 @@ from state_adapters.model import (
     QueueOverview,
     StartedChain,
     TypeLimits,
+    WorkerRecord,
 )
 
 # Only type-checking imports from queuert_notify: it imports this module at
@@ -305,6 +306,34 @@ class StateAdapter(Protocol):
 
     async def type_controls(self) -> list[TypeLimits]:
         """Every type that is paused or limited, by name."""
+        ...
+
+    # -- the worker registry (state_adapters.steps.workers) ------------------------------
+
+    async def record_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        pid: int,
+        type_names: Sequence[str],
+        slots: int,
+        starting: bool = False,
+    ) -> None:
+        """Write the worker's row with a fresh heartbeat (one write); ``starting``
+        (re)creates it."""
+        ...
+
+    async def forget_worker(self, worker_id: str) -> None:
+        """Delete the worker's row (a clean stop)."""
+        ...
+
+    async def workers(self) -> list[WorkerRecord]:
+        """Every recorded worker, live or dead, oldest first."""
+        ...
+
+    async def due_jobs_by_type(self) -> Mapping[str, int]:
+        """Pending jobs due now, per type that has some."""
         ...
 
     async def health(

@@ -30,6 +30,8 @@ retention finds the oldest finished chains without scanning the table.
   (running jobs, running jobs per ``jobs.concurrency_key``, starts per window),
   with what enforcing them needs (the recent starts, the next key to serve). No
   row: the type runs unlimited. Claims of a limited type lock its row.
+- ``{prefix}workers``: the running workers, one row each, written when a worker starts,
+  on each of its reaper's ticks (the heartbeat) and deleted when it stops cleanly.
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ class Tables:
     dedup_keys: Table
     schedules: Table
     type_controls: Table
+    workers: Table
     table_prefix: str
     schema: str | None
 
@@ -333,7 +336,20 @@ def make_tables(
         Column("step_starts", Integer, nullable=False, server_default="0"),
         Column("earlier_starts", Integer, nullable=False, server_default="0"),
     )
-    return Tables(metadata, chains, jobs, blockers, dedup_keys, schedules, type_controls, p, schema)
+    workers = Table(
+        f"{p}workers",
+        metadata,
+        Column("id", String(WORKER_ID_LENGTH), primary_key=True),
+        Column("host", String(255), nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("type_names", json_type(), nullable=False),
+        Column("slots", Integer, nullable=False),
+        Column("started_at", timestamp(), nullable=False),
+        Column("heartbeat_at", timestamp(), nullable=False),
+    )
+    return Tables(
+        metadata, chains, jobs, blockers, dedup_keys, schedules, type_controls, workers, p, schema
+    )
 
 
 def make_metadata(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = None) -> MetaData:

@@ -16,7 +16,8 @@ Each method checks its arguments, then runs named steps in a transaction:
 starting (:mod:`state_adapters.steps.starting`), completing
 (:mod:`state_adapters.steps.completion`), chains becoming final
 (:mod:`state_adapters.steps.finishing`), chain actions (:mod:`state_adapters.steps.chain_actions`),
-retention and schedule ticks (:mod:`state_adapters.steps.operations`), the health
+retention, schedule ticks and the worker registry
+(:mod:`state_adapters.steps.operations`, :mod:`state_adapters.steps.workers`), the health
 report (:mod:`state_adapters.steps.health`);
 what differs between Postgres and SQLite is asked of the
 :class:`~state_adapters.database.Database` chosen at construction.
@@ -124,7 +125,6 @@ class SqlAlchemyStateAdapter(
 
     @property
     def address(self) -> str:
-        """The engine's URL, password masked."""
         return mask_url(self.engine.url.render_as_string(hide_password=False))
 
     # -- schema ------------------------------------------------------------------------

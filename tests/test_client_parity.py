@@ -25,8 +25,6 @@ ONLY_ON_CLIENT = {
     "trigger": "deprecated alias of trigger_chain (removed in the next release)",
 }
 ONLY_ON_SYNC_CLIENT: dict[str, str] = {}
-# ``health`` joins both classes together (DESIGN.md, "Operating it in production"): it
-# needs no entry here.
 
 THE_CHAIN_FAMILY = {
     "start_chain",
@@ -45,6 +43,8 @@ THE_CHAIN_FAMILY = {
     "set_limits",
     "prune",
     "migrate",
+    "workers",
+    "health",
 }
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from queuert_notify.errors import InvalidInputError
 from queuert_notify.maintenance.prune_pacing import PrunePacing
 from state_adapters.health import HealthReport, HealthThresholds
-from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, TypeLimits
+from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, TypeLimits, WorkerRecord
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.validation import check_positive_int
 
@@ -91,6 +91,12 @@ class QueueOperations:
         """Let workers claim ``type_name`` again and wake idle ones at once (one
         ``notify_jobs_scheduled`` with its due jobs). Safe to repeat."""
         await self._write(None, lambda notes: self.state.resume_type(type_name, notes=notes))
+
+    async def workers(self: ClientCalls) -> list[WorkerRecord]:
+        """The workers recorded in the registry, oldest first: live ones beat within
+        ``WORKER_DEAD_AFTER`` seconds (``record.alive(now)``), dead ones stay listed
+        for a day (see docs/operations.md, "Workers")."""
+        return await self._retried(None, self.state.workers)
 
     async def paused_types(self: ClientCalls) -> set[str]:
         """The job types paused now."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from queuert_notify.errors import InvalidInputError
 from queuert_notify.maintenance.prune_pacing import PrunePacing
-from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, TypeLimits
+from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, TypeLimits, WorkerRecord
 from state_adapters.validation import check_positive_int
 
 if TYPE_CHECKING:
@@ -69,6 +69,11 @@ class SyncQueueOperations:
             self._announcer,
             lambda state, conn, notes: state.resume_type(type_name, notes=notes, session=conn),
         )
+
+    def workers(self) -> list[WorkerRecord]:
+        """The workers recorded in the registry, oldest first (see
+        :meth:`Client.workers <queuert_notify.Client.workers>`)."""
+        return self._state.read(None, lambda state, conn, _: state.workers(session=conn))
 
     def paused_types(self) -> set[str]:
         """The job types paused now."""

@@ -171,6 +171,7 @@ class Worker:
             reaped=lambda job_id: self._emit("reaped", job_id=job_id),
             woke=self._on_reconnect,
             worker_id=self.worker_id,
+            slots=concurrency,
         )
         self._watchdog = (
             LoopWatchdog(loop_lag_threshold, on_lag=self._on_loop_lag, active=self._slots.job_ids)

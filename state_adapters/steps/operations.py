@@ -16,6 +16,7 @@ from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, NewChain, StartedChai
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.schema import UtcDateTime
 from state_adapters.steps import schedule_ticks, starting
+from state_adapters.steps.workers import WorkerRegistryMethods
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
     from state_adapters.transactions.calls import CallerSession, Transactions
 
 
-class QueueOperations:
-    """Retention and schedules of :class:`~state_adapters.sqlalchemy.SqlAlchemyStateAdapter`."""
+class QueueOperations(WorkerRegistryMethods):
+    """Retention, schedules and the worker registry of
+    :class:`~state_adapters.sqlalchemy.SqlAlchemyStateAdapter`."""
 
     _db: Database
     _transactions: Transactions

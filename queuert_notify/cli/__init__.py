@@ -2,7 +2,8 @@
 pausing and limiting job types.
 
 One module per command group -- ``demo``, ``worker``, ``migrate``, ``chains``,
-``dashboard``, ``schedules``, ``prune``, ``types`` (pause, resume, limits), ``health`` -- each
+``dashboard``, ``schedules``, ``prune``, ``types`` (pause, resume, limits), ``health``,
+``workers`` -- each
 registered on :func:`main` below; ``options`` holds the options several commands share,
 ``database`` opens the job database for a command, ``output`` prints. A new command is a
 module here and one ``main.add_command`` line. May import the whole package (commands
@@ -24,6 +25,7 @@ from queuert_notify.cli import (
     schedules,
     types,
     worker,
+    workers,
 )
 from queuert_notify.cli.database import BadSettingError
 from queuert_notify.cli.options import DATABASE_URL_ENV, DEFAULT_TABLE_PREFIX
@@ -51,3 +53,4 @@ main.add_command(types.pause)
 main.add_command(types.resume)
 main.add_command(types.limits)
 main.add_command(health.health_command)
+main.add_command(workers.workers_command)

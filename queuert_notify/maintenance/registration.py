@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from state_adapters.outage_log import OutageLog
 from state_adapters.protocol import StateAdapter
-from state_adapters.steps.workers import unhandled_types
+from state_adapters.steps.workers import known_types, unhandled_line, unhandled_types
 
 logger = logging.getLogger(__name__)
 
@@ -83,18 +83,14 @@ class Registration:
         """One WARNING per type (at most one an hour) with due jobs and no live worker."""
         self._checked_at = now = time.monotonic()
         workers = await self._state.workers()
-        unhandled = unhandled_types(
-            await self._state.due_jobs_by_type(), workers, datetime.now(UTC)
-        )
-        known = sorted({t for w in workers if w.alive(datetime.now(UTC)) for t in w.type_names})
+        instant = datetime.now(UTC)
+        unhandled = unhandled_types(await self._state.due_jobs_by_type(), workers, instant)
+        known = known_types(workers, instant)
         for type_name, count in unhandled.items():
             if now - self._warned_at.get(type_name, float("-inf")) < UNHANDLED_WARNING_INTERVAL:
                 continue
             self._warned_at[type_name] = now
             logger.warning(
-                "%d jobs of type %r are due and no live worker handles that type; known types: %s",
-                count,
-                type_name,
-                ", ".join(known) or "none",
+                unhandled_line(type_name, count, known),
                 extra={"worker_id": self._worker_id, "type_name": type_name},
             )

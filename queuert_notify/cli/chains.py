@@ -159,8 +159,8 @@ def chains_cancel(
     """Cancel a chain's unfinished job (a handler running it is cancelled)."""
     notify = (redis_url, redis_prefix)
     chain = run(with_client(database_url, table_prefix, notify, lambda c: c.cancel_chain(chain_id)))
-    note_next_poll(redis_url)
     _print_chain(chain, as_json)
+    note_next_poll(redis_url)
 
 
 @chains.command("retry")
@@ -180,8 +180,8 @@ def chains_retry(
     """Run a failed or cancelled chain again from its last job."""
     notify = (redis_url, redis_prefix)
     chain = run(with_client(database_url, table_prefix, notify, lambda c: c.retry_chain(chain_id)))
-    note_next_poll(redis_url)
     _print_chain(chain, as_json)
+    note_next_poll(redis_url)
 
 
 @chains.command("delete")

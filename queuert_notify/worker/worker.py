@@ -29,7 +29,7 @@ from queuert_notify.worker.job_run import JobRun
 from queuert_notify.worker.lease_keeper import LeaseKeeper
 from queuert_notify.worker.loop_watchdog import LoopWatchdog, warn_blocked
 from queuert_notify.worker.settings import WorkerMode, WorkerSettings
-from queuert_notify.worker.shutdown import Shutdown, settle, stop_signals
+from queuert_notify.worker.shutdown import Shutdown, settle, stop_signals, stopping_line
 from queuert_notify.worker.slots import Slots
 from queuert_notify.worker.startup_checks import check_at_start
 from queuert_notify.worker.wake.policy import WakePolicy
@@ -318,9 +318,8 @@ class Worker:
 
     def _on_signal(self, signum: int) -> None:
         force = self._shutdown.requested
-        logger.info(
-            "signal received; %s",
-            "cancelling running handlers" if force else "draining running jobs",
+        logger.warning(
+            stopping_line(len(self._slots), self.drain_timeout, force=force),
             extra={"worker_id": self.worker_id, "signal": signum},
         )
         self._request_stop(force=force)

@@ -86,10 +86,12 @@ class OutcomeWriter:
                 ctx.check_returned(result)
                 completion = validation.completion(run.job.id, run.lease_token, result)
             except (InvalidInputError, ConfigurationError) as invalid:
-                exc = invalid
+                # The handler's result cannot be stored (output not JSON, a continuation
+                # misused): every attempt would end the same way.
+                await self._fail(run, ctx, invalid, final=True)
             else:
                 await self._complete(run, ctx, completion)
-                return
+            return
         await self._fail(run, ctx, exc)
 
     async def _complete(self, run: JobRun, ctx: JobContext, completion: Completion) -> None:
@@ -135,7 +137,9 @@ class OutcomeWriter:
         if next_type is not None:
             self._continued(next_type)
 
-    async def _fail(self, run: JobRun, ctx: JobContext, exc: BaseException) -> None:
+    async def _fail(
+        self, run: JobRun, ctx: JobContext, exc: BaseException, *, final: bool = False
+    ) -> None:
         job = run.job
         if ctx.transaction is not None:
             with suppress(Exception):
@@ -145,9 +149,10 @@ class OutcomeWriter:
         else:
             error = "".join(traceback.format_exception(exc))[-_MAX_ERROR_TEXT:]
         retry_delay = self._retry_delay(job)
-        # Misuse (ctx.session in staged mode, a continuation not returned) fails the
-        # same way on every attempt: the chain fails at once.
-        final = isinstance(exc, ConfigurationError)
+        # Misuse (ctx.session in staged mode, a continuation not returned, an output or
+        # a continuation's input that is not JSON: the library's ConfigurationError or
+        # InvalidInputError) fails the same way on every attempt: the chain fails at once.
+        final = final or isinstance(exc, ConfigurationError | InvalidInputError)
         notes = NotificationBuffer()
         try:
             outcome = await retry_on_connection_loss(
@@ -192,7 +197,7 @@ class OutcomeWriter:
                 job.id,
                 job.type_name,
                 job.attempt,
-                "not retried (a ConfigurationError)" if final else "no attempts left",
+                "not retried (it would fail the same way again)" if final else "no attempts left",
                 summary,
                 exc_info=exc_info,
                 extra=self._extra(job),

@@ -142,3 +142,14 @@ def test_every_server_option_names_its_environment_variable(
         "QUEUERT_REDIS_PREFIX",
     ):
         assert f"env var: {variable}" in shown
+
+
+def test_a_missing_sqlite_database_is_one_line_and_no_file_is_left(tmp_path: Path) -> None:
+    path = tmp_path / "never.db"
+    result = invoke({"COLUMNS": "200"}, "chains", "list", "--database-url", f"sqlite:///{path}")
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert "was never migrated" in line and "queuert-notify migrate" in line
+    assert list(tmp_path.iterdir()) == []
+    assert invoke({}, "migrate", "--database-url", f"sqlite:///{path}").exit_code == 0
+    assert path.exists()

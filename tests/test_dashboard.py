@@ -423,3 +423,20 @@ def test_cli_refuses_a_public_address_without_a_token() -> None:
     assert "--token" in result.output
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
+
+
+async def test_the_overview_lists_workers_and_flags_a_type_no_live_worker_handles(
+    queue: tuple,
+) -> None:
+    state, client = queue
+    await state.record_worker(
+        "w-<b>1</b>", host="box", pid=7, type_names=["charge"], slots=4, starting=True
+    )
+    await client.start_chain("chrage", {})
+    async with http(create_app(state, client.notify)) as h:
+        page = (await h.get("/")).text
+    assert 'data-worker="w-&lt;b&gt;1&lt;/b&gt;"' in page and ">live<" in page
+    assert (
+        "1 jobs of type &#39;chrage&#39; are due and no live worker handles that type; "
+        "known types: charge"
+    ) in page

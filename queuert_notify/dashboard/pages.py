@@ -24,6 +24,7 @@ from state_adapters.model import (
     QueueOverview,
 )
 from state_adapters.protocol import StateAdapter
+from state_adapters.steps.workers import known_types, unhandled_line, unhandled_types
 
 WINDOW = timedelta(hours=1)
 """The overview's throughput window."""
@@ -69,6 +70,9 @@ class Pages:
         )
         controls = await self.state.type_controls()
         paused = sorted(c.type_name for c in controls if c.paused)
+        workers = await self.state.workers()
+        unhandled = unhandled_types(await self.state.due_jobs_by_type(), workers, now)
+        known = known_types(workers, now)
         rows = [
             {
                 "type_name": type_name,
@@ -102,6 +106,8 @@ class Pages:
             "per_minute": round(totals["completed"] / counted_minutes, 1),
             "paused_types": paused,
             "limits": [c for c in controls if c.limited],
+            "workers": [(worker, worker.alive(now)) for worker in workers],
+            "unhandled": [unhandled_line(t, n, known) for t, n in unhandled.items()],
         }
         return View("overview.html", context, Watch(type_names=frozenset(overview.type_names)))
 

@@ -1,4 +1,5 @@
-"""The state adapter over SQLAlchemy's asyncio engine: Postgres (psycopg 3) and SQLite (aiosqlite).
+"""The state adapter over SQLAlchemy's asyncio engine: Postgres (psycopg 3 or asyncpg) and
+SQLite (aiosqlite).
 
 Guarantees (the conformance suite in ``queuert_notify.testing`` checks them):
 
@@ -30,15 +31,17 @@ from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from state_adapters import arguments, validation
 from state_adapters.arguments import check_type_names, check_worker_id
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
-from state_adapters.database import database_for
-from state_adapters.errors import ConfigurationError, JobOwnershipLostError, mask_url
+from state_adapters.database import ASYNC_URLS, database_for
+from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.migrations import missing_tables
+from state_adapters.migrations.schema_methods import SchemaMethods
 from state_adapters.model import (
     Completion,
     FailureOutcome,
@@ -61,7 +64,6 @@ from state_adapters.steps.operations import QueueOperations
 from state_adapters.steps.type_controls import TypeControlMethods, TypeControls
 from state_adapters.transactions.calls import Transactions
 from state_adapters.transactions.connection_lanes import lanes_for
-from state_adapters.transactions.connection_loss import begin_or_explain
 from state_adapters.transactions.handler_transaction import HandlerTransaction
 
 if TYPE_CHECKING:
@@ -70,7 +72,13 @@ if TYPE_CHECKING:
 
 
 class SqlAlchemyStateAdapter(
-    ChainActions, ChainReads, HealthCheck, Inspection, QueueOperations, TypeControlMethods
+    SchemaMethods,
+    ChainActions,
+    ChainReads,
+    HealthCheck,
+    Inspection,
+    QueueOperations,
+    TypeControlMethods,
 ):
     """Job state in the application's own Postgres or SQLite database.
 
@@ -98,10 +106,16 @@ class SqlAlchemyStateAdapter(
         sqlite_synchronous: SqliteSynchronous = SQLITE_SYNCHRONOUS,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
+            hint = (
+                f" ({engine.dialect.name}+{engine.dialect.driver}); a synchronous engine "
+                "belongs to queuert_notify.SyncClient"
+                if isinstance(engine, Engine)
+                else ""
+            )
             raise ConfigurationError(
                 "SqlAlchemyStateAdapter needs an AsyncEngine "
-                "(sqlalchemy.ext.asyncio.create_async_engine), "
-                f"got {type(engine).__name__}"
+                f"(sqlalchemy.ext.asyncio.create_async_engine) on {ASYNC_URLS}, "
+                f"got {type(engine).__name__}{hint}"
             )
         tables = make_tables(table_prefix, schema)
         database = database_for(engine, tables, sqlite_synchronous=sqlite_synchronous)
@@ -122,31 +136,6 @@ class SqlAlchemyStateAdapter(
         self._lanes = lanes_for(database.single_writer)
         self._controls = TypeControls(database, self._transactions, self._lanes)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
-
-    @property
-    def address(self) -> str:
-        return mask_url(self.engine.url.render_as_string(hide_password=False))
-
-    # -- schema ------------------------------------------------------------------------
-
-    async def migrate(self, *, adopt: bool = False) -> None:
-        """Create or upgrade the tables to the latest shipped migration.
-
-        Idempotent, and safe when several processes run it at once: they take
-        turns (Postgres advisory lock, SQLite write lock) and all but the first
-        find nothing to do. Queue tables created by someone else (the application's
-        own Alembic) are a :class:`ConfigurationError`; with ``adopt`` they are
-        checked against the newest migration and, when they match, taken over by
-        stamping the version table (see docs/databases.md). A database that does not
-        answer is the CLI's one-line :class:`ConfigurationError` naming it.
-        """
-        from state_adapters.migrations.runner import upgrade
-
-        async with begin_or_explain(self.engine) as connection:
-            await self._db.take_migration_lock(
-                connection, f"{self.tables.schema}.{self.tables.table_prefix}"
-            )
-            await connection.run_sync(upgrade, self.tables, adopt=adopt)
 
     # -- starting chains ---------------------------------------------------------------
 
@@ -283,8 +272,11 @@ class SqlAlchemyStateAdapter(
         transaction of its own, on a held connection when one is free; raises
         ``JobOwnershipLostError`` when it changed nothing."""
 
+        compiled = self._db.compiled(write.statement)  # of fixed shape: renewals, progress
+
         async def step(conn: Conn) -> Any:
-            return (await conn.execute(*write)).first()
+            changed = await compiled.rows(conn, write.params)
+            return changed[0] if changed else None
 
         async with self._lanes.connection() as lane:
             if await self._db.in_transaction(lane, step) is None:

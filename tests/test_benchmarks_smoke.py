@@ -538,3 +538,24 @@ def test_django_enqueue_reports_create_and_enqueue_per_database(
     assert "| database | create() µs | enqueue() µs | enqueue / create |" in done.stdout
     assert "| Postgres (psycopg 3) |" in done.stdout
     assert "| SQLite |" in done.stdout
+
+
+async def test_pgbouncer_reports_wake_latency_per_route_and_the_fleets_server_connections(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "pgbouncer",
+            "--rounds=1",
+            "--samples=5",
+            "--processes=2",
+            "--concurrency=2",
+            "--jobs=100",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    for row in ("psycopg, direct", "psycopg, PgBouncer", "asyncpg, direct", "asyncpg, PgBouncer"):
+        assert f"| {row} |" in report
+    assert "| asyncpg, 2 processes x 2 slots |" in report
+    assert "server connections (max)" in report

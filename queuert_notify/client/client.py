@@ -396,7 +396,7 @@ class Client(ChainActions, QueueOperations):
         until = asyncio.get_running_loop().time() + self.database_timeout
         try:
             return await retry_on_connection_loss(attempt, what="a client call", until=until)
-        except DBAPIError as exc:
+        except (DBAPIError, OSError) as exc:  # asyncpg raises the socket's own error
             if not is_connection_loss(exc):
                 raise
             reason = cannot_connect_reason(exc, None)

@@ -52,7 +52,7 @@ async def wait_for_database(state: StateAdapter, patience: float, *, worker_id: 
             await state.get_job(_NO_SUCH_JOB)
         except JobNotFoundError:
             return
-        except DBAPIError as exc:
+        except (DBAPIError, OSError) as exc:  # asyncpg raises the socket's own error
             if is_refused(exc):
                 raise _cannot_connect(state, exc) from None
             if not is_connection_loss(exc):

@@ -5,7 +5,6 @@ connection at once."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -63,11 +62,11 @@ async def test_many_workers_on_one_engine_leave_the_pool_to_the_application(
         for chain in chains:
             done = await app.await_chain(chain.id, timeout=30)
             assert done.status == "completed"
-        # The application's own reads get a connection at once while workers run.
-        started = time.monotonic()
+        # The application's own reads get a connection at once while workers run: the
+        # workers leave the pool most of its connections (counted, not timed).
+        assert engine.pool.checkedout() <= DEFAULT_LANES + 2, engine.pool.status()  # type: ignore[attr-defined]
         await app.get_chain(chains[0].id)
         await app.count_jobs()
-        assert time.monotonic() - started < 1.0
         await asyncio.sleep(1.0)
         assert engine.pool.checkedout() <= DEFAULT_LANES + 2, engine.pool.status()  # type: ignore[attr-defined]
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]

@@ -66,13 +66,13 @@ async def _stop(workers: WorkerProcesses, names: list[str]) -> None:
 async def test_concurrency_and_key_concurrency_hold_across_four_worker_processes(
     client: Client, workers: WorkerProcesses, runs: Any, engine: AsyncEngine
 ) -> None:
-    total, keys = 2000, 50
+    total, keys = 800, 50
     await client.set_limits("limited", concurrency=3, key_concurrency=1)
-    for first in range(0, total, 500):
+    for first in range(0, total, 400):
         await client.start_chains(
             [
                 ChainSpec("limited", {"sleep": 0.002}, concurrency_key=f"customer-{n % keys}")
-                for n in range(first, first + 500)
+                for n in range(first, first + 400)
             ]
         )
     names = [f"w{i}" for i in range(4)]
@@ -130,7 +130,7 @@ async def test_a_rate_of_50_per_second_is_never_exceeded(
 async def test_pause_stops_new_starts_during_a_burst_and_resume_wakes_workers_at_once(
     client: Client, workers: WorkerProcesses, runs: Any, engine: AsyncEngine
 ) -> None:
-    total = 400
+    total = 200
     await client.start_chains([ChainSpec("limited", {"sleep": 0.05}) for _ in range(total)])
     names = ["a", "b"]
     for name in names:

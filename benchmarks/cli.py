@@ -10,6 +10,7 @@ from types import ModuleType
 
 from benchmarks import (
     dashboard,
+    django_enqueue,
     drain,
     herd,
     instrumentation_cost,
@@ -33,6 +34,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     start_throughput,
     sync_start,
     sync_publish,
+    django_enqueue,
     drain,
     limits,
     limited_claim,

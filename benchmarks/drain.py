@@ -34,10 +34,10 @@ from contextlib import contextmanager
 from sqlalchemy import select
 
 from benchmarks import runner, stacks
-from queuert_notify.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker, WorkerMode
+from queuert_notify.worker.worker import Worker, WorkerMode
 
 NAME = "drain"
 HELP = "jobs/s one worker (concurrency 10) drains a backlog of no-op jobs, atomic and staged"

@@ -25,10 +25,10 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from benchmarks import runner, stacks
-from queuert_notify.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 NAME = "herd"
 HELP = "SQL claim statements per job when a few jobs wake a crowd of idle workers"
@@ -49,7 +49,7 @@ _SETS_LEASED_BY = re.compile(r"\bleased_by\s*=\s*(%\(|\?|:)", re.IGNORECASE)
 
 def is_claim(statement: str, parameters: Any) -> bool:
     """The claim of the SQLAlchemy state adapter: the only statement that sets
-    ``leased_by`` to a bound worker id (``state_adapters/statements.py``, ``claim``)."""
+    ``leased_by`` to a bound worker id (``state_adapters/statements/queue.py``, ``claim``)."""
     return _SETS_LEASED_BY.search(statement) is not None
 
 
@@ -116,7 +116,7 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
             raise RuntimeError(
                 f"{stack.label}: counted {counted} claim statements from {asked} workers for "
                 f"{args.jobs} jobs; benchmarks.herd.is_claim no longer matches the claim "
-                "statement of state_adapters/statements.py"
+                "statement of state_adapters/statements/queue.py"
             )
         return {
             "claim statements": counted,

@@ -28,9 +28,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from benchmarks import runner
-from queuert_notify import instrumentation
-from queuert_notify.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.jobs import Job
+from queuert_notify.observe import instrumentation
 from state_adapters.model import StartedChain
 
 NAME = "instrumentation-cost"

@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from benchmarks import runner, stacks
-from queuert_notify.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from state_adapters.model import Completion, JobRecord
 from state_adapters.notifications import NotificationBuffer
 

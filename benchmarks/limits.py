@@ -21,10 +21,10 @@ import time
 from datetime import timedelta
 
 from benchmarks import runner, stacks
-from queuert_notify.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 NAME = "limits"
 HELP = "jobs/s one worker drains with no limits, limits not binding, key_concurrency=1"

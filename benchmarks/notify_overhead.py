@@ -131,7 +131,7 @@ async def _transport(
         return _Transport(
             "NatsNotifyAdapter", lambda: NatsNotifyAdapter(args.nats_url, prefix=prefix)
         )
-    from queuert_notify.notify.redis import RedisNotifyAdapter
+    from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 
     if kind == "redis":
         exits.push_async_callback(services.delete_redis_prefix, args.redis_url, prefix)

@@ -27,7 +27,7 @@ from benchmarks import services, stacks
 from benchmarks.drain import fill
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 _LAYERS = (
     ("waiting on sockets (server round trips)", ("select.epoll", "selectors.py")),

@@ -34,7 +34,7 @@ from benchmarks import runner, stacks
 from benchmarks.drain import fill
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 NAME = "prune-impact"
 HELP = "p99 claim latency of a drain while retention deletes 1,000,000 finished jobs"

@@ -38,10 +38,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from benchmarks import runner, services, stacks
 from benchmarks.drain import fill
-from queuert_notify.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from state_adapters.notifications import wait_for_notifications
 
 NAME = "redis-cost"

@@ -20,7 +20,7 @@ from sqlalchemy import MetaData, event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from benchmarks import services
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter
@@ -162,7 +162,7 @@ class Stack:
         """Count statements on this stack's engine (and its execution-option views)
         for which ``matches(sql, parameters)`` is true. On SQLite the adapter's own
         transactions run on the sqlite3 connection itself, in the aiosqlite thread,
-        past the engine's events (``state_adapters/sqlite_driver.py``): those are
+        past the engine's events (``state_adapters/sqlite/driver.py``): those are
         counted there, and handed to the counter on the event loop."""
         counter = StatementCounter(matches)
         sync_engine = self.engine.sync_engine
@@ -247,11 +247,11 @@ def _notify(kind: str, args: argparse.Namespace, prefix: str) -> NotifyAdapter:
     if kind == "in-process":
         return InProcessNotifyAdapter()
     if kind == "redis":
-        from queuert_notify.notify.redis import RedisNotifyAdapter
+        from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 
         return RedisNotifyAdapter(url=args.redis_url, prefix=prefix)
     if kind == "redis-lists":
-        from queuert_notify.notify.redis import RedisNotifyAdapter
+        from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 
         return RedisNotifyAdapter(url=args.redis_url, prefix=prefix, wake="lists")
     if kind == "postgres":

@@ -32,7 +32,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from benchmarks import runner, services, stacks
-from queuert_notify.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 
 NAME = "start"
 HELP = "chains/s started one per transaction and 100 per transaction"

@@ -24,7 +24,7 @@ from contextlib import AsyncExitStack
 from benchmarks import runner, stacks
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 NAME = "steady"
 HELP = "producers + workers at once for 30 s: started/s, completed/s, end-to-end latency"

@@ -22,8 +22,8 @@ import time
 import uuid
 
 from benchmarks import runner, services
-from queuert_notify.notify.redis import RedisNotifyAdapter, WakeMode
-from queuert_notify.notify.redis_shared import hash_tag, token_list_key
+from queuert_notify.notify.redis.adapter import RedisNotifyAdapter, WakeMode
+from queuert_notify.notify.redis.shared import hash_tag, token_list_key
 from state_adapters.notifications import NotificationBuffer
 
 NAME = "sync-publish"

@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from benchmarks import runner, services, stacks
-from queuert_notify.sync_client import SyncClient
+from queuert_notify.client.sync_client import SyncClient
 
 NAME = "sync-start"
 HELP = "SyncClient.start_chain per transaction next to the bare sync driver"

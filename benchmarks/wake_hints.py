@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from redis.asyncio import Redis
 
 from benchmarks import runner, services
-from queuert_notify.notify.redis import RedisNotifyAdapter
+from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 
 NAME = "wake-hints"
 HELP = "consume/provide wake hint and notify_jobs_scheduled calls/s vs a bare PING"

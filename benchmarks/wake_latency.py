@@ -24,7 +24,7 @@ import time
 from benchmarks import runner, stacks
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 NAME = "wake-latency"
 HELP = "commit→handler start latency of an idle worker with a 60 s poll interval"

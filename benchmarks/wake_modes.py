@@ -32,12 +32,13 @@ from contextlib import AsyncExitStack
 from redis.asyncio import Redis
 
 from benchmarks import herd, runner, stacks
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.notify.redis import RedisNotifyAdapter, WakeMode
-from queuert_notify.notify.redis_shared import hint_key, issued_key, token_list_key
-from queuert_notify.worker import Worker
+from queuert_notify.notify.redis.adapter import RedisNotifyAdapter, WakeMode
+from queuert_notify.notify.redis.shared import hint_key, issued_key, token_list_key
+from queuert_notify.worker.worker import Worker
 
 NAME = "wake-modes"
 HELP = "Redis Pub/Sub wake hints vs wake tokens on lists: latency, herd, restart, cost"

@@ -30,10 +30,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from benchmarks import runner, stacks
-from queuert_notify.claimer import Claimer
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.wake_policy import WakePolicy
-from queuert_notify.worker import Worker
+from queuert_notify.worker.claimer import Claimer
+from queuert_notify.worker.wake_policy import WakePolicy
+from queuert_notify.worker.worker import Worker
 
 NAME = "wake-path"
 HELP = "the wake latency split into its steps: commit, publish, budget, claim, handler"

@@ -2,7 +2,8 @@
 
 from typing import TYPE_CHECKING, Any
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.errors import (
     ChainInUseError,
     ChainNotFoundError,
@@ -16,25 +17,25 @@ from queuert_notify.errors import (
 )
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
+from queuert_notify.maintenance.schedules import Schedule
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter, Unsubscribe
-from queuert_notify.schedules import Schedule
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 if TYPE_CHECKING:
+    from queuert_notify.client.sync_client import SyncClient
     from queuert_notify.notify.nats import NatsNotifyAdapter
     from queuert_notify.notify.postgres import PostgresNotifyAdapter
-    from queuert_notify.notify.redis import RedisNotifyAdapter
-    from queuert_notify.sync_client import SyncClient
+    from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 
 # Adapters whose driver is an optional extra (and the sync client) are imported on
 # first use, so `import queuert_notify` works without redis-py installed.
 _OPTIONAL = {
     "NatsNotifyAdapter": "queuert_notify.notify.nats",
     "PostgresNotifyAdapter": "queuert_notify.notify.postgres",
-    "RedisNotifyAdapter": "queuert_notify.notify.redis",
-    "SyncClient": "queuert_notify.sync_client",
+    "RedisNotifyAdapter": "queuert_notify.notify.redis.adapter",
+    "SyncClient": "queuert_notify.client.sync_client",
 }
 
 

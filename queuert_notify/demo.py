@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Handler, Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
-from queuert_notify.worker import Worker, WorkerMode
+from queuert_notify.worker.worker import Worker, WorkerMode
 from state_adapters.model import ContinueWith
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ async def run_demo(
         )
     table_prefix = f"demo_{uuid.uuid4().hex[:8]}_"
     flake_filter = _DropDemoFlakes()
-    worker_logger = logging.getLogger("queuert_notify.job_outcome")
+    worker_logger = logging.getLogger("queuert_notify.worker.job_outcome")
     worker_logger.addFilter(flake_filter)
     try:
         state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
@@ -212,7 +213,7 @@ async def run_demo(
 
 def _notify_adapter(redis_url: str | None, prefix: str) -> NotifyAdapter:
     if redis_url:
-        from queuert_notify.notify.redis import RedisNotifyAdapter
+        from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 
         return RedisNotifyAdapter(url=redis_url, prefix=prefix.rstrip("_"))
     from queuert_notify.notify.in_process import InProcessNotifyAdapter

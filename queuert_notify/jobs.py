@@ -18,12 +18,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from queuert_notify.errors import ConfigurationError, InvalidInputError
-from queuert_notify.instrumentation import NO_RUN_TRACE, RunTrace
+from queuert_notify.observe.instrumentation import NO_RUN_TRACE, RunTrace
 from state_adapters.model import ContinueWith, JobRecord
 from state_adapters.protocol import StateAdapter
 
 if TYPE_CHECKING:
-    from state_adapters.handler_transaction import HandlerTransaction
+    from state_adapters.transactions.handler_transaction import HandlerTransaction
 from state_adapters.validation import check_json, check_type_name, new_job
 
 if TYPE_CHECKING:

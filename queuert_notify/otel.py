@@ -34,14 +34,19 @@ from opentelemetry import metrics, propagate, trace
 from opentelemetry.metrics import MeterProvider, Observation
 from opentelemetry.trace import Span, SpanKind, StatusCode, TracerProvider
 
-from queuert_notify import instrumentation
-from queuert_notify.instrumentation import ChainsStart, Instrumentation, RunOutcome, RunTrace
+from queuert_notify.observe import instrumentation
+from queuert_notify.observe.instrumentation import (
+    ChainsStart,
+    Instrumentation,
+    RunOutcome,
+    RunTrace,
+)
 from state_adapters.validation import MAX_TRACE_CONTEXT_LENGTH, check_seconds
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from queuert_notify.client import ChainSpec
+    from queuert_notify.client.chain_spec import ChainSpec
     from queuert_notify.jobs import Job
     from state_adapters.model import StartedChain
     from state_adapters.protocol import StateAdapter
@@ -123,7 +128,7 @@ def uninstrument() -> None:
 
 
 class OtelInstrumentation(Instrumentation):
-    """The :class:`~queuert_notify.instrumentation.Instrumentation` that reports to
+    """The :class:`~queuert_notify.observe.instrumentation.Instrumentation` that reports to
     OpenTelemetry (see the module docstring); made by :func:`instrument`."""
 
     def __init__(

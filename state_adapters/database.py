@@ -1,11 +1,11 @@
 """What differs between Postgres and SQLite, behind one interface chosen once per
 adapter (:func:`database_for`): how statements are shaped (``sql`` and ``chains``,
-built on a :class:`~state_adapters.sql_dialect.SqlDialect`), which engine views read
+built on a :class:`~state_adapters.statements.dialect.SqlDialect`), which engine views read
 and write, how the adapter's own transactions run, which errors are worth a retry,
 and the steps that take a different algorithm on each (inserting new chains,
 completing jobs, claiming jobs of a limited type). The adapter asks it and never
-tests a dialect itself. Implementations: :class:`state_adapters.postgres.Postgres`,
-:class:`state_adapters.sqlite.Sqlite`.
+tests a dialect itself. Implementations: :class:`state_adapters.postgres.database.Postgres`,
+:class:`state_adapters.sqlite.database.Sqlite`.
 """
 
 from __future__ import annotations
@@ -18,15 +18,17 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 
-from state_adapters.chain_statements import ChainStatements
-from state_adapters.compiled import CompiledStatement
-from state_adapters.completion import Completed, FinishedJob
 from state_adapters.errors import ConfigurationError, mask_url
-from state_adapters.limited_claims import LimitedClaim
+from state_adapters.postgres.database import Postgres
 from state_adapters.schema import Tables
-from state_adapters.sqlite_connections import SqliteSynchronous, check_synchronous
-from state_adapters.sqlite_driver import DriverTransaction
-from state_adapters.statements import Statements
+from state_adapters.sqlite.connections import SqliteSynchronous, check_synchronous
+from state_adapters.sqlite.database import Sqlite
+from state_adapters.sqlite.driver import DriverTransaction
+from state_adapters.statements.chains import ChainStatements
+from state_adapters.statements.compiled import CompiledStatement
+from state_adapters.statements.queue import Statements
+from state_adapters.steps.completion import Completed, FinishedJob
+from state_adapters.steps.limited_claims import LimitedClaim
 
 Conn = AsyncConnection | DriverTransaction
 """Where the adapter's repeated statements run: a SQLAlchemy connection, or on
@@ -57,7 +59,7 @@ class Database(Protocol):
     """Whether every start without a caller's session (dedup keys and blockers
     included) runs through :meth:`in_transaction`, whose steps are then one
     transaction whatever they do (SQLite); otherwise only plain starts do, and the
-    others take :class:`~state_adapters.transactions.Transactions`' retried ones."""
+    others take :class:`~state_adapters.transactions.calls.Transactions`' retried ones."""
 
     def compiled(self, statement: Executable) -> CompiledStatement:
         """``statement`` compiled once for this engine (statements of fixed shape only)."""
@@ -68,7 +70,7 @@ class Database(Protocol):
         it repeats (claims, completions, plain starts, lease renewals): committed when
         the step returns, rolled back if it raises. A step awaits only its connection's
         statements (on SQLite it runs in the driver's thread:
-        :mod:`state_adapters.sqlite_driver`)."""
+        :mod:`state_adapters.sqlite.driver`)."""
         ...
 
     async def claim_limited(
@@ -82,7 +84,7 @@ class Database(Protocol):
         now: datetime,
     ) -> LimitedClaim:
         """Claim up to ``limit`` due jobs of ``type_name`` within its limits
-        (:mod:`state_adapters.limited_claims`), in ``conn``'s transaction (Postgres:
+        (:mod:`state_adapters.steps.limited_claims`), in ``conn``'s transaction (Postgres:
         autocommit, one statement; SQLite: a write transaction)."""
         ...
 
@@ -112,7 +114,7 @@ class Database(Protocol):
         self, conn: AsyncConnection, finished_before: datetime, batch_size: int
     ) -> int:
         """Delete one batch of retention in ``conn``'s transaction
-        (:mod:`state_adapters.pruning`); the chains deleted."""
+        (:mod:`state_adapters.steps.pruning`); the chains deleted."""
         ...
 
     async def complete(
@@ -140,11 +142,7 @@ def database_for(
     check_supported(engine)
     check_synchronous(sqlite_synchronous)
     if engine.dialect.name == "postgresql":
-        from state_adapters.postgres import Postgres
-
         return Postgres(engine, tables)
-    from state_adapters.sqlite import Sqlite
-
     return Sqlite(engine, tables, synchronous=sqlite_synchronous)
 
 

@@ -10,7 +10,7 @@ Contract used by the client, the worker and the state adapter::
 
 A ``Publisher`` is anything with the three notify methods below: every
 ``queuert_notify`` notify adapter is one. Transactions of the caller's own attach
-their buffer with :func:`state_adapters.after_commit.buffer_for_transaction`.
+their buffer with :func:`state_adapters.transactions.after_commit.buffer_for_transaction`.
 """
 
 from __future__ import annotations

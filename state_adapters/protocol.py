@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
     from state_adapters.errors import JobOwnershipLostError
-    from state_adapters.handler_transaction import HandlerTransaction
     from state_adapters.notifications import NotificationBuffer
+    from state_adapters.transactions.handler_transaction import HandlerTransaction
 
     CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
 
@@ -384,7 +384,7 @@ class StateAdapterBase:
     ) -> Mapping[str, Mapping[str, int]]:
         # One count_jobs per type: correct on any adapter, though it may read every job
         # of the type; adapters override it with a query that reads only unfinished ones.
-        from state_adapters.job_counts import from_status_counts
+        from state_adapters.steps.job_counts import from_status_counts
 
         return {
             name: from_status_counts(await self.count_jobs(type_names=[name]))

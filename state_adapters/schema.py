@@ -321,7 +321,7 @@ def make_tables(
         Column("key_concurrency", Integer, nullable=True),
         Column("rate", Integer, nullable=True),
         Column("per_seconds", Float, nullable=True),
-        # The rate's window (state_adapters.limited_claims.RateWindow): the steps
+        # The rate's window (state_adapters.steps.limited_claims.RateWindow): the steps
         # before the newest as [[instant, starts], ...], ...
         Column("recent_starts", json_type(), nullable=True),
         # The concurrency key served last: the next claim starts after it.

@@ -13,10 +13,10 @@ Guarantees (the conformance suite in ``queuert_notify.testing`` checks them):
   committed here; notifications go to ``notes`` only when the call succeeded.
 
 Each method checks its arguments, then runs named steps in a transaction:
-starting (:mod:`state_adapters.starting`), completing
-(:mod:`state_adapters.completion`), chains becoming final
-(:mod:`state_adapters.finishing`), chain actions (:mod:`state_adapters.chain_actions`),
-retention and schedule ticks (:mod:`state_adapters.operations`);
+starting (:mod:`state_adapters.steps.starting`), completing
+(:mod:`state_adapters.steps.completion`), chains becoming final
+(:mod:`state_adapters.steps.finishing`), chain actions (:mod:`state_adapters.steps.chain_actions`),
+retention and schedule ticks (:mod:`state_adapters.steps.operations`);
 what differs between Postgres and SQLite is asked of the
 :class:`~state_adapters.database.Database` chosen at construction.
 """
@@ -31,17 +31,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from state_adapters import arguments, failing, missing_tables, starting, validation
+from state_adapters import arguments, validation
 from state_adapters.arguments import check_type_names, check_worker_id
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
-from state_adapters.chain_actions import ChainActions
-from state_adapters.chain_reads import ChainReads
-from state_adapters.completion import claim_jobs, complete, ownership_lost
-from state_adapters.connection_lanes import lanes_for
 from state_adapters.database import database_for
 from state_adapters.errors import ConfigurationError, JobOwnershipLostError
-from state_adapters.handler_transaction import HandlerTransaction
-from state_adapters.inspection import Inspection
+from state_adapters.migrations import missing_tables
 from state_adapters.model import (
     Completion,
     FailureOutcome,
@@ -50,17 +45,24 @@ from state_adapters.model import (
     StartedChain,
 )
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.operations import QueueOperations
 from state_adapters.protocol import StateAdapter
 from state_adapters.schema import DEFAULT_TABLE_PREFIX, make_tables
-from state_adapters.sqlite_connections import SQLITE_SYNCHRONOUS, SqliteSynchronous
-from state_adapters.statements import Query
-from state_adapters.transactions import Transactions
-from state_adapters.type_controls import TypeControlMethods, TypeControls
+from state_adapters.sqlite.connections import SQLITE_SYNCHRONOUS, SqliteSynchronous
+from state_adapters.statements.queue import Query
+from state_adapters.steps import failing, starting
+from state_adapters.steps.chain_actions import ChainActions
+from state_adapters.steps.chain_reads import ChainReads
+from state_adapters.steps.completion import claim_jobs, complete, ownership_lost
+from state_adapters.steps.inspection import Inspection
+from state_adapters.steps.operations import QueueOperations
+from state_adapters.steps.type_controls import TypeControlMethods, TypeControls
+from state_adapters.transactions.calls import Transactions
+from state_adapters.transactions.connection_lanes import lanes_for
+from state_adapters.transactions.handler_transaction import HandlerTransaction
 
 if TYPE_CHECKING:
     from state_adapters.database import Conn
-    from state_adapters.transactions import CallerSession
+    from state_adapters.transactions.calls import CallerSession
 
 
 class SqlAlchemyStateAdapter(
@@ -218,7 +220,7 @@ class SqlAlchemyStateAdapter(
         (priority, then scheduled_at, then id) in one statement; never hands one
         job to two callers. Each claim increments ``attempt`` and gets a fresh
         ``lease_token``. Paused types are left alone; limited ones are claimed first,
-        within their limits (:mod:`state_adapters.limited_claims`)."""
+        within their limits (:mod:`state_adapters.steps.limited_claims`)."""
         now = _now()
         if self._claim(type_names, worker_id, lease_seconds, limit, now) is None:
             return []
@@ -396,7 +398,7 @@ class SqlAlchemyStateAdapter(
         self, types: list[str], worker_id: str, lease_seconds: float, limit: int, now: datetime
     ) -> Callable[[Conn | None], Awaitable[list[JobRecord]]]:
         """:meth:`acquire` as a claim on a given connection (``None``: its own): the
-        limited types first (:mod:`state_adapters.type_controls`), then the plain claim."""
+        limited types first (:mod:`state_adapters.steps.type_controls`), then the plain claim."""
 
         def acquire(conn: Conn | None) -> Awaitable[list[JobRecord]]:
             async def plain(plain_types: Sequence[str], n: int) -> list[JobRecord]:
@@ -431,7 +433,7 @@ class SqlAlchemyStateAdapter(
         now: datetime | None = None,
         **options: Any,
     ) -> Awaitable[tuple[list[Any], list[JobRecord]]]:
-        """:func:`~state_adapters.completion.complete` on this adapter's database, waking
+        """:func:`~state_adapters.steps.completion.complete` on this adapter's database, waking
         workers for the limited types whose jobs wait for a slot."""
         limited = self._controls.limited_now()
         return complete(

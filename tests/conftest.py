@@ -17,7 +17,9 @@ one run of it, so it runs once more before it counts as failed. No other test is
 a lost, doubled or wrong result is a failure the first time."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("rerunfailures"):
+        return  # a venv without pytest-rerunfailures (the Django 6 run): no re-runs
     for item in items:
         if item.get_closest_marker("timing") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS))

@@ -35,12 +35,13 @@ from queuert_notify import (
     RedisNotifyAdapter,
 )
 from queuert_notify.cli import main as cli
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.testing import Recorder
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from state_adapters.notifications import wait_for_notifications
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from state_adapters.validation import MAX_DEDUP_KEY_LENGTH, MAX_JSON_DEPTH, MAX_TYPE_NAME_LENGTH

@@ -5,6 +5,8 @@ completes against the real services and reports what it promises."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -341,10 +343,10 @@ def test_herd_recognises_the_claim_statement_and_nothing_else(postgres: bool) ->
     from sqlalchemy.dialects import postgresql, sqlite
 
     from benchmarks.herd import is_claim
-    from state_adapters.postgres import PostgresSql
+    from state_adapters.postgres.database import PostgresSql
     from state_adapters.schema import make_tables
-    from state_adapters.sqlite import SqliteSql
-    from state_adapters.statements import Statements
+    from state_adapters.sqlite.database import SqliteSql
+    from state_adapters.statements.queue import Statements
 
     sql = Statements(make_tables("smoke_"), PostgresSql() if postgres else SqliteSql())
     dialect = postgresql.psycopg.dialect() if postgres else sqlite.aiosqlite.dialect()
@@ -464,3 +466,29 @@ async def test_peers_runs_every_workload_for_ours_and_the_floors(
         "queue CPU %",
     ):
         assert column in report
+
+
+def test_django_enqueue_reports_create_and_enqueue_per_database(
+    redis_url: str, postgres_url: str
+) -> None:
+    pytest.importorskip("django")
+    # A process of its own: the benchmark configures Django's process-wide settings.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "django-enqueue",
+            "--rounds=1",
+            "--transactions=20",
+            f"--redis-url={redis_url}",
+            f"--postgres-url={postgres_url}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| database | create() µs | enqueue() µs | enqueue / create |" in done.stdout
+    assert "| Postgres (psycopg 3) |" in done.stdout
+    assert "| SQLite |" in done.stdout

@@ -33,7 +33,9 @@ def test_demo_runs_on_the_embedded_default_and_prints_a_summary() -> None:
 
 
 def test_demo_runs_on_postgres_and_redis(postgres_url: str, redis_url: str) -> None:
-    pytest.importorskip("queuert_notify.notify.redis", reason="RedisNotifyAdapter not landed")
+    pytest.importorskip(
+        "queuert_notify.notify.redis.adapter", reason="RedisNotifyAdapter not landed"
+    )
     code, output = _invoke(
         "demo",
         "--chains",
@@ -101,7 +103,7 @@ def test_cancel_retry_and_delete_a_chain(tmp_path: Path, prefix: str) -> None:
 
 
 async def _start_a_chain(url: str, table_prefix: str) -> str:
-    from queuert_notify.client import Client
+    from queuert_notify.client.client import Client
     from queuert_notify.notify.noop import NoopNotifyAdapter
     from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 

@@ -88,9 +88,9 @@ def test_worker_text_logs_off_a_terminal_are_unwrapped_lines_naming_the_job(
     retried = [line for line in lines if "failed; will retry" in line]
     (failed,) = [line for line in lines if "no attempts left" in line]
     assert len(retried) == 1 and len(retried[0]) > 80
-    assert " WARNING queuert_notify.job_outcome: job " in retried[0]
+    assert " WARNING queuert_notify.worker.job_outcome: job " in retried[0]
     assert retried[0].endswith("(boom) attempt 1 failed; will retry: RuntimeError: boom")
-    assert " ERROR queuert_notify.job_outcome: job " in failed
+    assert " ERROR queuert_notify.worker.job_outcome: job " in failed
     assert failed.endswith("(boom) attempt 2 failed; no attempts left: RuntimeError: boom")
     assert "Traceback (most recent call last):" in lines
 
@@ -99,7 +99,7 @@ def test_worker_json_logs_are_one_object_per_line_with_the_extra_keys(tmp_path: 
     records = [json.loads(line) for line in _worker_log(tmp_path, "--log-format", "json")]
 
     retried, failed = (
-        r for r in records if r["logger"] == "queuert_notify.job_outcome" and "job_id" in r
+        r for r in records if r["logger"] == "queuert_notify.worker.job_outcome" and "job_id" in r
     )
     for record, attempt in ((retried, 1), (failed, 2)):
         assert record["type_name"] == "boom" and record["attempt"] == attempt

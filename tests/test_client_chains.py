@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.errors import ChainNotFoundError, WaitChainTimeoutError
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from tests.support.queue_helpers import other_tasks
 
 pytest_plugins = ["tests.support.queue_fixtures"]

@@ -26,7 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only
 
 from queuert_notify import NoopNotifyAdapter
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.testing import Recorder
 from state_adapters.ids import new_id
 from state_adapters.model import NewChain, NewJob
@@ -52,7 +53,7 @@ class LostCommit:
     connection (``connection_invalidated``). ``fired`` counts the writes broken.
 
     On SQLite the adapter commits its own plain starts on the sqlite3 connection itself,
-    in the aiosqlite thread (``state_adapters/sqlite_driver.py``), past SQLAlchemy's
+    in the aiosqlite thread (``state_adapters/sqlite/driver.py``), past SQLAlchemy's
     ``commit`` event: the connection under aiosqlite is wrapped so that its ``COMMIT``
     is broken there.
     """

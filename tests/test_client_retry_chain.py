@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.errors import ChainNotFoundError, InvalidInputError
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.errors import ChainNotFoundError, InvalidInputError
 from queuert_notify.notify.protocol import NotifyAdapter
 from tests.support.queue_helpers import wait_until

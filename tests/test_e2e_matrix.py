@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from tests.support.queue_helpers import (
     HINTED_NOTIFY_KINDS,
     NOTIFY_KINDS,

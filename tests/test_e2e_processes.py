@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from tests.support.queue_helpers import wait_until
 from tests.support.worker_processes import WorkerProcesses, effect_counts
 

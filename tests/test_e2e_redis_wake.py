@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from tests.support.queue_helpers import all_but_the_slowest, make_notify
 
 pytest_plugins = ["tests.support.queue_fixtures"]

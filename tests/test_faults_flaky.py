@@ -12,11 +12,12 @@ import pytest
 from sqlalchemy import Column, MetaData, String, Table, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Handler, Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
-from queuert_notify.worker import Worker, WorkerMode
+from queuert_notify.worker.worker import Worker, WorkerMode
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from tests.support.fault_injection import FaultSchedule, FlakyNotifyAdapter, faulty_engine
 from tests.support.queue_helpers import STATE_KINDS

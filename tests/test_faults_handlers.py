@@ -16,11 +16,11 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select,
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.loop_watchdog import LoopWatchdog
-from queuert_notify.worker import Worker
+from queuert_notify.worker.loop_watchdog import LoopWatchdog
+from queuert_notify.worker.worker import Worker
 from tests.support.queue_helpers import STATE_KINDS, wait_until
 
 pytest_plugins = ["tests.support.queue_fixtures"]
@@ -184,7 +184,7 @@ async def test_a_handler_blocking_the_event_loop_is_logged_with_its_job_id(
         time.sleep(0.8)  # noqa: ASYNC251  # the mistake under test
         return "done, eventually"
 
-    caplog.set_level(logging.WARNING, logger="queuert_notify.worker")
+    caplog.set_level(logging.WARNING, logger="queuert_notify.worker.worker")
     chain = await client.start_chain("blocking")
     async with Worker(
         client, {"blocking": blocking}, loop_lag_threshold=0.3, on_event=events.append

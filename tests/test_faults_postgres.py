@@ -14,11 +14,12 @@ import pytest
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
-from queuert_notify.worker import Worker, WorkerMode
+from queuert_notify.worker.worker import Worker, WorkerMode
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from tests.support.e2e_app import effects_table
 from tests.support.queue_helpers import drop_tables

@@ -7,8 +7,8 @@ import asyncio
 from redis.asyncio import Redis
 
 from queuert_notify import RedisNotifyAdapter
-from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES
-from queuert_notify.notify.redis_shared import RETRY_ATTEMPTS, channel_name
+from queuert_notify.notify.redis.adapter import MAX_PAYLOAD_BYTES
+from queuert_notify.notify.redis.shared import RETRY_ATTEMPTS, channel_name
 from queuert_notify.testing import Recorder
 from tests.support.backoff_checks import assert_backoff_grows
 from tests.support.redis_helpers import delete_prefix, wait_for_subscribers

@@ -17,8 +17,8 @@ from redis.crc import key_slot
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify import Client, Job, JobContext, RedisNotifyAdapter, Worker
-from queuert_notify.notify import sharded_subscriber
-from queuert_notify.notify.redis_cluster import cluster_hint_key, cluster_name
+from queuert_notify.notify.redis import sharded_subscriber
+from queuert_notify.notify.redis.cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import Recorder
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.notifications import NotificationBuffer

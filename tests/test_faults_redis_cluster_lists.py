@@ -16,7 +16,7 @@ import pytest
 from redis.crc import key_slot
 
 from queuert_notify import RedisNotifyAdapter
-from queuert_notify.notify.redis_lists_lines import SOCKET_TIMEOUT
+from queuert_notify.notify.redis.lists_lines import SOCKET_TIMEOUT
 from queuert_notify.testing import Recorder
 from tests.support.queue_helpers import wait_until
 from tests.support.redis_cluster import LocalRedisCluster

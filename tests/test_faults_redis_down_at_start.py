@@ -15,7 +15,7 @@ import pytest
 
 from queuert_notify import ChainSpec, Client, ConfigurationError, RedisNotifyAdapter, Worker
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.notify.redis_shared import channel_name
+from queuert_notify.notify.redis.shared import channel_name
 from tests.support.queue_helpers import all_but_the_slowest, other_tasks, wait_until
 from tests.support.redis_helpers import wait_for_subscribers
 from tests.support.services import OwnServer, own_redis_server

@@ -16,7 +16,7 @@ import redis.asyncio as redis_asyncio
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify import Client, RedisNotifyAdapter, Worker
-from queuert_notify.client import CLOSE_FLUSH_LIMIT
+from queuert_notify.client.client import CLOSE_FLUSH_LIMIT
 from state_adapters import SqlAlchemyStateAdapter
 from tests.support.services import OwnServer
 from tests.support.tcp_proxy import TcpProxy

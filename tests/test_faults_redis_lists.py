@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from queuert_notify import ChainSpec, Client, NoopNotifyAdapter, RedisNotifyAdapter, Worker
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.notify.redis_shared import (
+from queuert_notify.notify.redis.shared import (
     consumers_key,
     hash_tag,
     processing_key,

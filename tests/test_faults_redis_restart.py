@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from queuert_notify import ChainSpec, Client, RedisNotifyAdapter, Worker
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.notify.redis_shared import channel_name
+from queuert_notify.notify.redis.shared import channel_name
 from queuert_notify.testing import Recorder
 from tests.support.queue_helpers import wait_until
 from tests.support.redis_helpers import wait_for_subscribers

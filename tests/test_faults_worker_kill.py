@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.errors import JobOwnershipLostError
 from state_adapters.model import Completion, ContinueWith, JobRecord, NewJob
 from state_adapters.notifications import NotificationBuffer

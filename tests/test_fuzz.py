@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from queuert_notify import QueuertError
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.notify.payloads import (
     MAX_PAYLOAD_BYTES,
     check_count,

@@ -17,7 +17,10 @@ def test_importing_every_state_adapters_module_loads_nothing_of_queuert_notify()
         for info in pkgutil.walk_packages(state_adapters.__path__, "state_adapters.")
         if ".migrations.versions" not in info.name and not info.name.endswith("migrations.env")
     ]
-    assert "state_adapters.sqlalchemy" in modules and "state_adapters.after_commit" in modules
+    assert (
+        "state_adapters.sqlalchemy" in modules
+        and "state_adapters.transactions.after_commit" in modules
+    )
     probe = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"
@@ -42,25 +45,27 @@ def test_the_state_layers_errors_are_the_ones_users_catch() -> None:
 
 
 _WORKER_MODULES = [
-    "worker",
-    "worker_settings",
-    "startup_checks",
-    "wake_policy",
-    "wake_subscriptions",
-    "slots",
-    "claimer",
-    "completion_batcher",
-    "job_run",
-    "lease_keeper",
-    "job_outcome",
-    "reaper",
-    "schedules",
-    "pruner",
-    "shutdown",
+    "worker/worker",
+    "worker/settings",
+    "worker/startup_checks",
+    "worker/wake_policy",
+    "worker/wake_subscriptions",
+    "worker/slots",
+    "worker/claimer",
+    "worker/completion_batcher",
+    "worker/job_run",
+    "worker/job_execution",
+    "worker/lease_keeper",
+    "worker/job_outcome",
+    "worker/shutdown",
+    "maintenance/reaper",
+    "maintenance/schedules",
+    "maintenance/pruner",
+    "maintenance/services",
 ]
 
 
-@pytest.mark.parametrize("module", ["client", *_WORKER_MODULES])
+@pytest.mark.parametrize("module", ["client/client", "client/chain_spec", *_WORKER_MODULES])
 def test_the_client_and_the_worker_import_no_sqlalchemy_and_probe_nothing(module: str) -> None:
     """Sessions, retries and after-commit plumbing belong to the state layer, and the
     state adapter's capabilities are declared by its protocol, not probed."""

@@ -114,8 +114,8 @@ async def test_a_claim_visits_at_most_max_keys_and_the_next_one_goes_on(
     state: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The bound as the SQLite walk and the Postgres function's caller read it.
-    monkeypatch.setattr("state_adapters.limited_claims.MAX_KEYS_VISITED", 3)
-    monkeypatch.setattr("state_adapters.postgres_statements.MAX_KEYS_VISITED", 3)
+    monkeypatch.setattr("state_adapters.steps.limited_claims.MAX_KEYS_VISITED", 3)
+    monkeypatch.setattr("state_adapters.postgres.statements.MAX_KEYS_VISITED", 3)
     keys = [f"k{n}" for n in range(10)]
     await state.start_chains(
         [NewChain(NewJob("t", concurrency_key=k)) for k in keys], notes=_notes()

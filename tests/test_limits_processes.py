@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from tests.support.limits_app import runs_table
 from tests.support.queue_helpers import wait_until
 from tests.support.worker_processes import WorkerProcesses

@@ -159,7 +159,7 @@ async def test_a_worker_whose_tables_are_dropped_stops_with_the_error(
     async def handler(job: object, ctx: object) -> None:
         return None
 
-    caplog.set_level(logging.INFO, logger="queuert_notify.worker")
+    caplog.set_level(logging.INFO, logger="queuert_notify.worker.worker")
     await client.state.migrate()
     worker = Worker(client, handlers={"t": handler}, poll_interval=0.05)
     running = asyncio.create_task(worker.run(handle_signals=False))

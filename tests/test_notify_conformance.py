@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from queuert_notify import InProcessNotifyAdapter, NoopNotifyAdapter, RedisNotifyAdapter
-from queuert_notify.notify.redis_shared import hint_key, token_list_key
+from queuert_notify.notify.redis.shared import hint_key, token_list_key
 from queuert_notify.testing import NotifyAdapterConformance
 from queuert_notify.testing.notify_conformance import ForceReconnect, PoisonBudget
 from tests.support.redis_helpers import (

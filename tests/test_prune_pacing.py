@@ -1,10 +1,10 @@
-"""How prune sizes and spaces its batches (queuert_notify/prune_pacing.py): a batch holds
-its locks about BATCH_SECONDS, never fewer than MIN_SIZE chains, and pruning runs at most
+"""How prune sizes and spaces its batches (queuert_notify/maintenance/prune_pacing.py): a batch
+holds its locks about BATCH_SECONDS, never fewer than MIN_SIZE chains, and pruning runs at most
 a third of the time."""
 
 from __future__ import annotations
 
-from queuert_notify.prune_pacing import BATCH_SECONDS, MIN_SIZE, PrunePacing
+from queuert_notify.maintenance.prune_pacing import BATCH_SECONDS, MIN_SIZE, PrunePacing
 
 
 def _settle(pacing: PrunePacing, seconds_per_chain: float, fixed: float = 0.0) -> int:

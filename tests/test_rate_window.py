@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import JSON, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from state_adapters.limited_claims import RATE_STEPS
 from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
+from state_adapters.steps.limited_claims import RATE_STEPS
 from tests.support.queue_helpers import STATE_KINDS
 
 pytest_plugins = ["tests.support.queue_fixtures"]

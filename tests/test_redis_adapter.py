@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from queuert_notify import ConfigurationError, InvalidInputError, RedisNotifyAdapter
-from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES
+from queuert_notify.notify.redis.adapter import MAX_PAYLOAD_BYTES
 from queuert_notify.testing import Recorder
 from tests.support.redis_helpers import delete_prefix
 from tests.support.services import OwnServer, free_port, own_redis_server

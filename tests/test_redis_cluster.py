@@ -19,8 +19,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from queuert_notify import ConfigurationError, RedisNotifyAdapter
-from queuert_notify.notify.redis import MAX_PAYLOAD_BYTES
-from queuert_notify.notify.redis_cluster import cluster_hint_key, cluster_name
+from queuert_notify.notify.redis.adapter import MAX_PAYLOAD_BYTES
+from queuert_notify.notify.redis.cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
 from queuert_notify.testing.notify_conformance import ForceReconnect, PoisonBudget
 from tests.support.queue_helpers import all_but_the_slowest

@@ -16,7 +16,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from queuert_notify import RedisNotifyAdapter
-from queuert_notify.notify.redis_shared import (
+from queuert_notify.notify.redis.shared import (
     consumers_key,
     hash_tag,
     issued_key,

@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from queuert_notify import RedisNotifyAdapter
-from queuert_notify.notify.redis_shared import hint_key
+from queuert_notify.notify.redis.shared import hint_key
 from queuert_notify.testing import Recorder
 from tests.support.redis_helpers import delete_prefix
 from tests.support.services import OwnServer

@@ -12,8 +12,8 @@ from redis.asyncio import Redis
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis_lists import TOKEN_CAP
-from queuert_notify.notify.redis_shared import (
+from queuert_notify.notify.redis.lists_wire import TOKEN_CAP
+from queuert_notify.notify.redis.shared import (
     channel_name,
     consumers_key,
     issued_key,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from queuert_notify import ChainNotFoundError, Client, InvalidInputError, Worker
-from queuert_notify.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.testing import run_until_idle
 from tests.support.queue_helpers import wait_until
@@ -43,7 +43,7 @@ async def test_two_workers_with_retention_delete_each_old_chain_once_and_keep_bl
     client: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     blocker, dependent = await _old_chains_and_a_blocker(client)
-    caplog.set_level(logging.INFO, logger="queuert_notify.pruner")
+    caplog.set_level(logging.INFO, logger="queuert_notify.maintenance.pruner")
     workers = [
         Worker(client, {"other": _done}, retention=timedelta(milliseconds=1), poll_interval=1)
         for _ in range(2)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from queuert_notify import InvalidInputError, Schedule, Worker
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.notify.noop import NoopNotifyAdapter
 
 BERLIN_SPRING = datetime(2026, 3, 29, tzinfo=UTC)  # 02:00 -> 03:00 local

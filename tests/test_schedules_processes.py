@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from tests.support.queue_helpers import wait_until
 from tests.support.worker_processes import WorkerProcesses, effect_counts
 

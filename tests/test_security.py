@@ -33,11 +33,12 @@ from queuert_notify import (
     RedisNotifyAdapter,
 )
 from queuert_notify.cli import main as cli
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.notify.redis import WakeMode
+from queuert_notify.notify.redis.adapter import WakeMode
 from queuert_notify.testing import Recorder
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from tests.support.queue_helpers import STATE_KINDS, tasks_shown_after
 from tests.support.services import OwnServer, free_port, own_redis_server

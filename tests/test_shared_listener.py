@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from queuert_notify import NotifyAdapterClosedError, RedisNotifyAdapter, Unsubscribe
-from queuert_notify.notify.redis_shared import channel_name
+from queuert_notify.notify.redis.shared import channel_name
 from queuert_notify.notify.shared_listener import ANY_PAYLOAD, SharedListener
 from queuert_notify.testing import Recorder
 from tests.support.redis_helpers import delete_prefix, named

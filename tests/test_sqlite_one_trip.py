@@ -1,5 +1,5 @@
 """SQLite: each of the adapter's own transactions is one call into the aiosqlite thread
-(state_adapters/sqlite_driver.py). Calls are counted where aiosqlite queues them for
+(state_adapters/sqlite/driver.py). Calls are counted where aiosqlite queues them for
 its thread, not timed; a step that would suspend in that thread is refused."""
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_e
 
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from state_adapters import SqlAlchemyStateAdapter
-from state_adapters.after_commit import buffer_for_transaction
 from state_adapters.model import NewChain, NewJob, StartedChain
 from state_adapters.notifications import NotificationBuffer, wait_for_notifications
+from state_adapters.transactions.after_commit import buffer_for_transaction
 from tests.support.queue_helpers import drop_tables, wait_until
 
 

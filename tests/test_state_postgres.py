@@ -76,7 +76,7 @@ async def test_hot_path_calls_are_one_round_trip_each(
         await state.start_chains([NewChain(NewJob("t")) for _ in range(51)], notes=notes)
     assert trips.round_trips == 1
     # The first claim also reads which types are paused or limited (then at most once
-    # a second, see state_adapters.type_controls); a claim is one round trip.
+    # a second, see state_adapters.steps.type_controls); a claim is one round trip.
     await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=1)
     with counting(engine) as trips:
         jobs = await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=10)

@@ -17,7 +17,7 @@ from queuert_notify.errors import ConfigurationError
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.sqlite_connections import SQLITE_BUSY_TIMEOUT_MS
+from state_adapters.sqlite.connections import SQLITE_BUSY_TIMEOUT_MS
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = "q_"

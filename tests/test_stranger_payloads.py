@@ -15,11 +15,11 @@ import random
 
 import pytest
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES
 from queuert_notify.testing import Recorder
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from tests.support.queue_helpers import delete_notify_state, make_notify
 from tests.support.strangers import stranger
 

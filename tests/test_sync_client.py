@@ -24,7 +24,7 @@ from queuert_notify import (
     RedisNotifyAdapter,
     SyncClient,
 )
-from queuert_notify.notify.redis_shared import channel_name
+from queuert_notify.notify.redis.shared import channel_name
 from tests.support.queue_helpers import all_but_the_slowest, wait_until
 from tests.support.redis_helpers import wait_for_subscribers
 from tests.support.worker_processes import WorkerProcesses

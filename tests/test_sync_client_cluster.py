@@ -23,11 +23,11 @@ from sqlalchemy.orm import Session
 
 from queuert_notify import ChainSpec, Client, ConfigurationError, RedisNotifyAdapter, SyncClient
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.notify.redis import WakeMode
-from queuert_notify.notify.redis_cluster import cluster_hint_key
-from queuert_notify.notify.redis_shared import hash_tag, issued_key
+from queuert_notify.notify.redis.adapter import WakeMode
+from queuert_notify.notify.redis.cluster import cluster_hint_key
+from queuert_notify.notify.redis.shared import hash_tag, issued_key
 from queuert_notify.testing import Recorder
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.services import free_port
 from tests.test_redis_cluster_lists import tokens_of, types_on_every_master
@@ -244,7 +244,7 @@ async def test_an_unreachable_cluster_never_holds_up_the_application(
 ) -> None:
     nobody = RedisNotifyAdapter(f"redis://127.0.0.1:{free_port()}", prefix=prefix, cluster=True)
     began = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="queuert_notify.sync_announcers"):
+    with caplog.at_level(logging.WARNING, logger="queuert_notify.client.sync_announcers"):
         chain = await start_in_thread(
             sync_engine, nobody, table_prefix, lambda client, engine: client.start_chain("job")
         )

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.errors import InvalidInputError
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 from tests.support.queue_helpers import wait_until
 

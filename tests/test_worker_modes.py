@@ -12,12 +12,13 @@ from sqlalchemy import Column, MetaData, String, Table, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from state_adapters.protocol import StateAdapterBase
 from tests.support.queue_helpers import STATE_KINDS, CountingState, job_events, wait_until
 

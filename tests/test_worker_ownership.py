@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from queuert_notify.client import ChainSpec, Client
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.client import Client
 from queuert_notify.errors import JobOwnershipLostError
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from tests.support.queue_helpers import job_events, wait_until
 
 pytest_plugins = ["tests.support.queue_fixtures"]

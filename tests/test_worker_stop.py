@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from tests.support.queue_helpers import job_events, other_tasks
 
 pytest_plugins = ["tests.support.queue_fixtures"]

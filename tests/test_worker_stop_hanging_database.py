@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify import Client, InProcessNotifyAdapter, Worker
-from queuert_notify.worker import WorkerMode
+from queuert_notify.worker.worker import WorkerMode
 from state_adapters import SqlAlchemyStateAdapter
 from tests.support.queue_helpers import drop_tables
 from tests.support.tcp_proxy import TcpProxy

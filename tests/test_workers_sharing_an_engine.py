@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify import Client, InProcessNotifyAdapter, Worker
 from state_adapters import SqlAlchemyStateAdapter
-from state_adapters.connection_lanes import DEFAULT_LANES
+from state_adapters.transactions.connection_lanes import DEFAULT_LANES
 from tests.support.queue_helpers import drop_tables
 
 

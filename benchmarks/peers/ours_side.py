@@ -25,10 +25,10 @@ from sqlalchemy import text
 
 from benchmarks import stacks
 from benchmarks.peers import workloads
-from queuert_notify.client import ChainSpec
+from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 _TYPE = "bench-noop"
 _FILL_BATCH = 1000

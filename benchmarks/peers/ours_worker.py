@@ -8,10 +8,10 @@ import os
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 
 
@@ -22,7 +22,7 @@ async def _noop(job: Job, ctx: JobContext) -> None:
 def _notify() -> NotifyAdapter:
     redis_url = os.environ.get("QUEUERT_BENCH_REDIS_URL")
     if redis_url:
-        from queuert_notify.notify.redis import RedisNotifyAdapter
+        from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 
         return RedisNotifyAdapter(url=redis_url, prefix=os.environ["QUEUERT_BENCH_PREFIX"])
     from queuert_notify.notify.noop import NoopNotifyAdapter

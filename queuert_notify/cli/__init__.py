@@ -5,7 +5,8 @@ One module per command group -- ``demo``, ``worker``, ``migrate``, ``chains``,
 ``dashboard``, ``schedules``, ``prune``, ``types`` (pause, resume, limits) -- each
 registered on :func:`main` below; ``options`` holds the options several commands share,
 ``database`` opens the job database for a command, ``output`` prints. A new command is a
-module here and one ``main.add_command`` line."""
+module here and one ``main.add_command`` line. May import the whole package (commands
+import what they run on use) and ``state_adapters``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import logging
 
 import click
 
-from queuert_notify import log_format as logs
 from queuert_notify.cli import (
     chains,
     dashboard,
@@ -26,6 +26,7 @@ from queuert_notify.cli import (
 )
 from queuert_notify.cli.database import BadSettingError
 from queuert_notify.cli.options import DATABASE_URL_ENV, DEFAULT_TABLE_PREFIX
+from queuert_notify.observe import log_format as logs
 
 __all__ = ["DATABASE_URL_ENV", "DEFAULT_TABLE_PREFIX", "BadSettingError", "main"]
 

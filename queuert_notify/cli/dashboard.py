@@ -96,7 +96,7 @@ async def _serve(
 
     from queuert_notify.dashboard import create_app
     from queuert_notify.notify.protocol import NotifyAdapter
-    from queuert_notify.notify.redis import RedisNotifyAdapter
+    from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
     from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 
     engine = create_engine(database_url)

@@ -16,7 +16,7 @@ from queuert_notify.errors import ConfigurationError, mask_url
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from queuert_notify.client import Client
+    from queuert_notify.client.client import Client
     from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 
 T = TypeVar("T")
@@ -41,9 +41,9 @@ async def with_client(
 ) -> T:
     """``action`` on a client of the database and, given a ``(url, prefix)`` of Redis,
     announcing the change there."""
-    from queuert_notify.client import Client
+    from queuert_notify.client.client import Client
     from queuert_notify.notify.noop import NoopNotifyAdapter
-    from queuert_notify.notify.redis import RedisNotifyAdapter
+    from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 
     async def act(state: SqlAlchemyStateAdapter) -> T:
         url, prefix = redis

@@ -13,7 +13,7 @@ from queuert_notify.cli.output import console, run, to_json, when
 from queuert_notify.cli.worker import load_worker
 
 if TYPE_CHECKING:
-    from queuert_notify.schedules import Schedule
+    from queuert_notify.maintenance.schedules import Schedule
 
 
 @click.command("schedules")

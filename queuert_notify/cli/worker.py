@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from queuert_notify import log_format as logs
 from queuert_notify.cli.output import console, run
-from queuert_notify.supervisor import EXIT_DO_NOT_RESTART
+from queuert_notify.observe import log_format as logs
+from queuert_notify.worker.supervisor import EXIT_DO_NOT_RESTART
 
 if TYPE_CHECKING:
-    from queuert_notify.worker import Worker
+    from queuert_notify.worker.worker import Worker
 
 
 @click.command("worker")
@@ -70,8 +70,8 @@ class _DoNotRestartError(click.ClickException):
 def _supervise(
     context: click.Context, target: str, log_format: logs.LogFormat, processes: int
 ) -> int:
-    from queuert_notify.supervisor import Supervisor
-    from queuert_notify.worker import Worker
+    from queuert_notify.worker.supervisor import Supervisor
+    from queuert_notify.worker.worker import Worker
 
     # A bad target is a usage error here, not in every child.
     obj = _import_target(target)
@@ -114,7 +114,7 @@ async def _run_worker(target: str) -> None:
 async def load_worker(target: str) -> Worker:
     """The Worker ``target`` (``module:attr``) names: the attribute itself, or what
     calling it (and awaiting, if it is async) returns; anything else is a usage error."""
-    from queuert_notify.worker import Worker
+    from queuert_notify.worker.worker import Worker
 
     obj = _import_target(target)
     if not isinstance(obj, Worker) and callable(obj):

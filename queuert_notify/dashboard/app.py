@@ -4,7 +4,7 @@ Pages are rendered on the server with Jinja2 (autoescaping every value: job inpu
 output, errors and names are data, never markup) and kept live by ``live.py``'s
 server-sent events; ``static/live.js`` is the only script. Actions (cancel, retry, run
 now) are POSTs checked by :class:`~queuert_notify.dashboard.security.Csrf` and go through
-:class:`~queuert_notify.client.Client`, so their notifications reach the workers. With
+:class:`~queuert_notify.client.client.Client`, so their notifications reach the workers. With
 ``read_only`` they are neither shown nor accepted.
 """
 
@@ -27,7 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.dashboard.live import live_events
 from queuert_notify.dashboard.pages import Pages, View, Watch
 from queuert_notify.dashboard.security import CSRF_FIELD, Csrf, TokenGate

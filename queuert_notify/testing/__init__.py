@@ -2,7 +2,8 @@
 conformance kits (pytest base classes that define the adapter contracts).
 
 ``run_until_idle`` needs nothing beyond the package; importing a conformance kit
-needs pytest and pytest-asyncio (the ``dev`` extra), so they load on first use.
+needs pytest and pytest-asyncio (the ``dev`` extra), so they load on first use. May
+import the whole package and ``state_adapters``; nothing in either imports it.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.events import EventKind, WorkerEvent
 from queuert_notify.jobs import Handler
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 _CHECK_INTERVAL = 0.02
 """Seconds between two looks at the database while jobs are still under way."""

@@ -28,11 +28,11 @@ from typing import Any
 from sqlalchemy import Column, MetaData, String, Table, insert
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
+from queuert_notify.maintenance.schedules import Schedule
 from queuert_notify.notify.protocol import NotifyAdapter
-from queuert_notify.schedules import Schedule
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 
 def effects_table(table_prefix: str) -> Table:
@@ -54,7 +54,7 @@ def _notify() -> NotifyAdapter:
         )
     redis_url = os.environ.get("QT_REDIS_URL")
     if redis_url:
-        from queuert_notify.notify.redis import RedisNotifyAdapter
+        from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
 
         adapter: NotifyAdapter = RedisNotifyAdapter(
             url=redis_url,

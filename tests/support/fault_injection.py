@@ -164,7 +164,7 @@ def faulty_engine(
     is gone). Returns the engine and a function that stops the faults.
 
     On SQLite the adapter's own transactions run on the sqlite3 connection itself, in
-    the aiosqlite thread (``state_adapters/sqlite_driver.py``), past the engine's
+    the aiosqlite thread (``state_adapters/sqlite/driver.py``), past the engine's
     events: the engine's connections are made by a ``sqlite3.Connection`` subclass
     whose ``execute`` and ``executemany`` fail there, statement by statement."""
     active = True

@@ -20,9 +20,9 @@ from typing import Any
 from sqlalchemy import Column, Float, MetaData, String, Table, insert, select
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 from tests.support.e2e_app import _notify
 
 LEASE = 60.0

@@ -24,11 +24,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.otel import instrument
-from queuert_notify.worker import Worker
+from queuert_notify.worker.worker import Worker
 
 
 class JsonLinesExporter(SpanExporter):

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from queuert_notify.client import Client
+from queuert_notify.client.client import Client
 from queuert_notify.notify.protocol import NotifyAdapter
 from tests.support.queue_helpers import delete_notify_state, drop_tables, make_notify
 

@@ -24,7 +24,7 @@ from queuert_notify import (
 )
 from queuert_notify.notify.nats import default_bucket
 from queuert_notify.notify.protocol import NotifyAdapter
-from queuert_notify.notify.redis import WakeMode
+from queuert_notify.notify.redis.adapter import WakeMode
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_helpers import delete_prefix
 

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from queuert_notify.notify import nats as nats_wire
 from queuert_notify.notify import postgres as postgres_wire
-from queuert_notify.notify import redis_shared as redis_wire
+from queuert_notify.notify.redis import shared as redis_wire
 
 Publish = Callable[[str, bytes], Awaitable[None]]
 """Publish raw bytes on the channel of one notification kind (sched, chainc, owls);

@@ -10,9 +10,9 @@ import pytest
 
 from queuert_notify.errors import InvalidInputError
 from queuert_notify.testing.state_cases.support import claim, claim_one, complete, start, token
-from state_adapters.limited_claims import RATE_STEPS
 from state_adapters.model import Completion, ContinueWith, NewJob, TypeLimits
 from state_adapters.notifications import NotificationBuffer
+from state_adapters.steps.limited_claims import RATE_STEPS
 
 
 async def _limits(state: Any, type_name: str = "t", **limits: Any) -> TypeLimits:

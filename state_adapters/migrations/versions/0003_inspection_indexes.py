@@ -1,4 +1,4 @@
-"""Indexes for the reads that show the queue (state_adapters/inspection.py): chain
+"""Indexes for the reads that show the queue (state_adapters/steps/inspection.py): chain
 search by deduplication key, chains by status newest first, jobs finished recently.
 All three are partial: a job that is started, claimed and completed enters only
 jobs_finished_ix, once.

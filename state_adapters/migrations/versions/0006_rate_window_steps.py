@@ -1,6 +1,6 @@
 """The rate window's newest step in columns of its own: ``step_at`` and
 ``step_starts``, and ``earlier_starts``, the sum of the earlier steps still in the
-window (state_adapters.limited_claims.RateWindow), so a claim within the step reads
+window (state_adapters.steps.limited_claims.RateWindow), so a claim within the step reads
 and writes no JSON. A window 0005 wrote has no newest step yet: the next claim takes
 all its entries as earlier steps. On the way down the newest step is appended to
 them again, as 0005 keeps it.

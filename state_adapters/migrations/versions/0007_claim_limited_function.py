@@ -1,5 +1,5 @@
 """Postgres: ``{prefix}claim_limited``, the claim of a limited job type as one
-statement (state_adapters/limited_claims.py has the invariants; SQLite gets nothing).
+statement (state_adapters/steps/limited_claims.py has the invariants; SQLite gets nothing).
 
 Called in autocommit, it is one round trip. It is a VOLATILE PL/pgSQL function, so
 each statement in it runs on a snapshot of its own ("VOLATILE functions obtain a
@@ -127,7 +127,7 @@ BEGIN
         v_step_at := c.step_at;
         v_step_starts := c.step_starts;
         IF c.rate IS NOT NULL AND c.per_seconds IS NOT NULL THEN
-            -- The window as state_adapters.limited_claims.RateWindow keeps it: within the
+            -- The window as state_adapters.steps.limited_claims.RateWindow keeps it: within the
             -- newest step a claim reads and adds to numbers only; the first claim of a
             -- later step folds that step into the earlier ones, whose expired entries
             -- lead (instants never decrease), so they are counted from the front and

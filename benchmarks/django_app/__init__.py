@@ -1,0 +1,1 @@
+"""The Django app of the ``django-enqueue`` benchmark: one model and one task."""

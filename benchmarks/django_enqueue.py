@@ -1,0 +1,185 @@
+"""Issue #29: ``task.enqueue()`` inside ``transaction.atomic()`` next to a bare
+``Model.objects.create()`` of one row in the same transaction.
+
+Every transaction does both, timed separately: ``with transaction.atomic():
+Row.objects.create(...); task.enqueue(...)``, every other transaction enqueueing first.
+An untimed ``SELECT 1`` opens each transaction, so neither measure carries the BEGIN
+that psycopg sends before the transaction's first statement. Redis wakeups on: the
+publish goes to the sender thread after COMMIT, off both measures. A Postgres database
+of the run's own (dropped afterwards) and a SQLite file (WAL, ``BEGIN IMMEDIATE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from benchmarks import runner, services
+
+NAME = "django-enqueue"
+HELP = "task.enqueue() inside atomic() next to Model.objects.create() in the same transaction"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rounds", type=int, default=5, help="recorded rounds")
+    parser.add_argument("--transactions", type=int, default=1000, help="per round and database")
+    parser.add_argument("--postgres-url", default=services.postgres_url())
+    parser.add_argument("--redis-url", default=services.redis_url())
+
+
+def _setup(args: argparse.Namespace, database: str, folder: Path) -> None:
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+
+    # The benchmarks' runner drives rounds from a coroutine; the measured code is the
+    # synchronous view code it would be, on this one thread.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    extra = [] if sys.version_info >= (3, 12) else ["django_tasks"]
+    queue = {
+        "redis_url": args.redis_url,
+        "redis_prefix": services.unique_prefix(),
+        "table_prefix": "queuert_",
+    }
+    settings.configure(
+        INSTALLED_APPS=[*extra, "queuert_notify.contrib.django", "benchmarks.django_app"],
+        USE_TZ=True,
+        DATABASES={
+            "default": {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": database,
+                "USER": args.pg.username,
+                "PASSWORD": args.pg.password or "",
+                "HOST": args.pg.host,
+                "PORT": str(args.pg.port or 5432),
+            },
+            # The same database with prepared statements (Django disables them by
+            # default, for connection poolers): psycopg prepares the queue's statement
+            # and Django's INSERT after five runs.
+            "prepared": {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": database,
+                "USER": args.pg.username,
+                "PASSWORD": args.pg.password or "",
+                "HOST": args.pg.host,
+                "PORT": str(args.pg.port or 5432),
+                "OPTIONS": {"server_side_binding": True, "prepare_threshold": 5},
+            },
+            "lite": {
+                "ENGINE": "django.db.backends.sqlite3",
+                "NAME": str(folder / "bench.sqlite3"),
+                "OPTIONS": {
+                    "transaction_mode": "IMMEDIATE",
+                    "init_command": "PRAGMA journal_mode=WAL",
+                },
+            },
+        },
+        TASKS={
+            "default": {
+                "BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
+                "OPTIONS": queue,
+            },
+            "prepared": {
+                "BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
+                "OPTIONS": {**queue, "database": "prepared"},
+            },
+            "lite": {
+                "BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
+                "OPTIONS": {**queue, "database": "lite"},
+            },
+        },
+    )
+    django.setup()
+    for alias in ("default", "lite"):
+        call_command("migrate", database=alias, run_syncdb=True, verbosity=0)
+
+
+def _variant(alias: str, label: str, transactions: int) -> runner.Variant:
+    async def one_round() -> runner.Figures:
+        from django.db import connections, transaction
+
+        from benchmarks.django_app.models import Row
+        from benchmarks.django_app.tasks import make_task
+
+        task: Any = make_task(alias)
+        creates: list[float] = []
+        enqueues: list[float] = []
+        for index in range(transactions):
+            with transaction.atomic(using=alias):
+                with connections[alias].cursor() as cursor:
+                    cursor.execute("SELECT 1")
+                if index % 2:
+                    began = time.perf_counter()
+                    task.enqueue(index)
+                    enqueued = time.perf_counter()
+                    Row.objects.using(alias).create(name=f"row {index}")
+                    created = time.perf_counter()
+                    enqueues.append(enqueued - began)
+                    creates.append(created - enqueued)
+                else:
+                    began = time.perf_counter()
+                    Row.objects.using(alias).create(name=f"row {index}")
+                    created = time.perf_counter()
+                    task.enqueue(index)
+                    enqueued = time.perf_counter()
+                    creates.append(created - began)
+                    enqueues.append(enqueued - created)
+        create = statistics.median(creates) * 1e6
+        enqueue = statistics.median(enqueues) * 1e6
+        return {
+            "create() µs": create,
+            "enqueue() µs": enqueue,
+            "enqueue / create": enqueue / create,
+        }
+
+    return runner.Variant(label, one_round)
+
+
+async def run(args: argparse.Namespace) -> str:
+    import psycopg
+
+    args.pg = make_url(args.postgres_url)
+    admin = args.pg.set(drivername="postgresql").render_as_string(hide_password=False)
+    database = f"qbench_django_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{database}"')
+    try:
+        _setup(args, database, Path(tempfile.mkdtemp()))
+        variants = [
+            _variant("default", "Postgres (psycopg 3)", args.transactions),
+            _variant("prepared", "Postgres, prepared statements", args.transactions),
+            _variant("lite", "SQLite", args.transactions),
+        ]
+        results = await runner.alternate(variants, args.rounds)
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    return runner.report(
+        "Django: enqueue inside atomic() next to Model.objects.create()",
+        [
+            f"Medians over {args.rounds} alternating rounds of {args.transactions:,} "
+            "transactions, each opened by an untimed SELECT 1, then doing one create() and "
+            "one enqueue() (order alternating), one thread, Redis wakeups on:",
+            runner.table(rows, first_column="database"),
+        ],
+        notes=[f"Django {_django_version()}", runner.machine_notes()],
+    )
+
+
+def _django_version() -> str:
+    import django
+
+    return django.get_version()

@@ -1,0 +1,466 @@
+"""Start, await and inspect chains from application code.
+
+The :class:`Client` ties one state adapter (the truth) to one notify adapter (the
+hints). Every write either joins the caller's SQLAlchemy transaction (``session=``),
+in which case its notifications are published only after that transaction commits,
+or runs in a transaction of its own and publishes right after its commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from queuert_notify.client.chain_spec import ChainSpec
+from queuert_notify.client.operations import QueueOperations
+from queuert_notify.errors import (
+    ChainNotFoundError,
+    ConfigurationError,
+    InvalidInputError,
+    NotifyAdapterClosedError,
+    WaitChainTimeoutError,
+)
+from queuert_notify.notify.protocol import NotifyAdapter
+from queuert_notify.observe import instrumentation
+from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
+from state_adapters.ids import new_id
+from state_adapters.model import (
+    FINAL_STATUSES,
+    ChainRecord,
+    DedupScope,
+    JobRecord,
+    JobStatus,
+    Page,
+    StartedChain,
+)
+from state_adapters.notifications import NotificationBuffer, send_later, wait_for_notifications
+from state_adapters.protocol import StateAdapter
+from state_adapters.transactions.after_commit import buffer_for_transaction
+from state_adapters.transactions.connection_loss import retry_on_connection_loss
+from state_adapters.transactions.lost_commit import start_again
+from state_adapters.validation import check_json
+
+if TYPE_CHECKING:
+    from state_adapters.protocol import CallerSession
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_AWAIT_POLL_INTERVAL = 5.0
+"""``await_chain`` re-reads the database at least this often (seconds), so a lost
+chain-completed notification costs at most this much latency."""
+
+
+CLOSE_FLUSH_LIMIT = 5.0
+"""Seconds ``Client.close()`` waits for owed notifications to be sent."""
+
+
+class Client(QueueOperations):
+    """Application-side access to the queue.
+
+    ``async with Client(state=..., notify=...)`` connects the notify adapter on enter
+    and closes it on exit (the state adapter and its engine stay the caller's). Workers
+    built on this client use the same adapters, so keep the client open while they run.
+
+    When the notify server does not answer at ``connect()``, the client works without
+    notifications (they are hints: workers poll) and logs a warning; each later call
+    tries the server again, and a worker keeps retrying its subscriptions until they
+    succeed. With ``require_notify=True``, ``connect()`` (and so ``Worker.run()``)
+    raises the adapter's ``ConfigurationError`` naming the address instead.
+
+    A call that runs in a transaction of its own (no ``session=``) is repeated, with
+    backoff, when its database connection is lost under it; in the caller's session it
+    is not (that transaction died with the connection: the caller retries it whole).
+    A connection lost while COMMIT was in flight leaves unknown whether the change was
+    made, so every write is safe to repeat after a COMMIT that succeeded: each
+    method's docstring says why.
+    """
+
+    def __init__(
+        self, *, state: StateAdapter, notify: NotifyAdapter, require_notify: bool = False
+    ) -> None:
+        self.state = state
+        self.notify = notify
+        self.require_notify = require_notify
+
+    async def __aenter__(self) -> Client:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Connect the notify adapter (idempotent); an unreachable server is logged, or
+        raised as ``ConfigurationError`` with ``require_notify=True``."""
+        try:
+            await self.notify.connect()
+        except ConfigurationError as exc:
+            if self.require_notify:
+                raise
+            logger.warning(
+                "notify adapter unreachable; working without notifications (workers poll) "
+                "until it answers: %s",
+                exc,
+            )
+
+    async def close(self) -> None:
+        """Publish what committed transactions still owe (waiting at most
+        :data:`CLOSE_FLUSH_LIMIT` seconds for a notify server that does not answer),
+        then close the notify adapter (idempotent). The state adapter is left open."""
+        if not await wait_for_notifications(timeout=CLOSE_FLUSH_LIMIT):
+            logger.warning(
+                "the notify adapter did not take every notification within %.0fs; closing "
+                "anyway (workers find the jobs on their next poll)",
+                CLOSE_FLUSH_LIMIT,
+            )
+        await self.notify.close()
+
+    # -- starting chains -------------------------------------------------------------
+
+    async def start_chain(
+        self,
+        type_name: str,
+        input: Any = None,
+        *,
+        session: CallerSession = None,
+        dedup_key: str | None = None,
+        dedup_scope: DedupScope = "incomplete",
+        dedup_window: float | None = None,
+        run_at: datetime | None = None,
+        delay: float | None = None,
+        priority: int = 0,
+        blockers: Sequence[str] = (),
+        max_attempts: int | None = DEFAULT_MAX_ATTEMPTS,
+        concurrency_key: str | None = None,
+    ) -> StartedChain:
+        """Start a chain whose first job is ``type_name`` with ``input``.
+
+        With ``session`` the chain is written in the caller's transaction, which this
+        call never commits; the wakeup is published after that transaction commits and
+        dropped if it rolls back. ``dedup_key`` returns an existing chain (with
+        ``deduplicated=True``) instead of creating one; ``run_at`` (timezone-aware) or
+        ``delay`` (seconds) postpone it; ``blockers`` are chain ids that must complete
+        first; ``max_attempts`` bounds the runs of every job of the chain (its
+        continuations inherit it; ``None`` retries forever); ``concurrency_key`` is
+        what a type's ``key_concurrency`` limit counts by (e.g. ``"customer-42"``; its
+        continuations inherit it). Invalid arguments raise ``InvalidInputError``
+        before anything is written.
+        """
+        spec = ChainSpec(
+            type_name=type_name,
+            input=input,
+            dedup_key=dedup_key,
+            dedup_scope=dedup_scope,
+            dedup_window=dedup_window,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            blockers=blockers,
+            max_attempts=max_attempts,
+            concurrency_key=concurrency_key,
+        )
+        (started,) = await self.start_chains([spec], session=session)
+        return started
+
+    async def start_chains(
+        self, specs: Sequence[ChainSpec], *, session: CallerSession = None
+    ) -> list[StartedChain]:
+        """Start several chains in one transaction (all or none), in order.
+
+        Every spec is validated before anything is written; one notify round trip
+        covers the whole batch. Chain ids are made here, before the first attempt, so a
+        start repeated after a lost connection first reads whether the lost attempt
+        committed and then returns its chains instead of starting them twice (see
+        :func:`state_adapters.transactions.lost_commit.start_again`); on the happy path that costs
+        nothing.
+        """
+        if isinstance(specs, ChainSpec):
+            raise InvalidInputError("start_chains takes a list of ChainSpec; use start_chain")
+        specs = list(specs)
+        for spec in specs:
+            if not isinstance(spec, ChainSpec):
+                raise InvalidInputError(f"start_chains takes ChainSpec items, got {spec!r}")
+        if not specs:
+            return []
+        with instrumentation.active().starting_chains(specs) as observed:
+            chains = [
+                spec.to_new_chain(new_id(), trace_context=observed.trace_context) for spec in specs
+            ]
+            started = await self._write(
+                session,
+                lambda notes: self.state.start_chains(chains, notes=notes, session=session),
+                again=lambda notes: start_again(self.state, chains, notes),
+            )
+            observed.started(started)
+        return started
+
+    # -- waiting ---------------------------------------------------------------------
+
+    async def await_chain(
+        self,
+        chain_id: str,
+        timeout: float | None = None,  # noqa: ASYNC109  # public API fixed by DESIGN
+        *,
+        poll_interval: float = DEFAULT_AWAIT_POLL_INTERVAL,
+    ) -> ChainRecord:
+        """Wait until the chain is completed, failed or cancelled, and return it.
+
+        Woken by the chain-completed notification; the database is the truth and is
+        re-read at least every ``poll_interval`` seconds, so a lost notification costs
+        latency, never the result. Raises ``WaitChainTimeoutError`` after ``timeout``
+        seconds (``None``: wait forever) and ``ChainNotFoundError`` for an unknown id.
+        """
+        if poll_interval <= 0:
+            raise InvalidInputError(f"poll_interval must be > 0, got {poll_interval!r}")
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        signal = asyncio.Event()
+        # Subscribe before the first read so a completion that lands between the
+        # read and the wait still wakes us.
+        unsubscribe = await self._listen_chain_completed(chain_id, signal.set)
+        try:
+            while True:
+                # Cleared before each read: a signal arriving during the read re-sets it.
+                signal.clear()
+                chain = await self.get_chain(chain_id)
+                if chain.status in FINAL_STATUSES:
+                    return chain
+                wait = poll_interval
+                if deadline is not None:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise WaitChainTimeoutError(
+                            f"chain {chain_id} is still {chain.status} after {timeout}s; "
+                            "is a worker with a handler for its job type running?"
+                        )
+                    wait = min(wait, remaining)
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(signal.wait(), wait)
+        finally:
+            if unsubscribe is not None:
+                try:
+                    await unsubscribe()
+                except Exception:
+                    logger.warning(
+                        "unsubscribing from chain completion failed",
+                        exc_info=True,
+                        extra={"chain_id": chain_id},
+                    )
+
+    async def _listen_chain_completed(
+        self, chain_id: str, callback: Callable[[], object]
+    ) -> Callable[[], Awaitable[None]] | None:
+        try:
+            return await self.notify.listen_chain_completed(chain_id, callback)
+        except NotifyAdapterClosedError:
+            raise
+        except Exception:
+            # The database stays the truth: without the subscription we only poll.
+            logger.warning(
+                "cannot listen for chain completion; polling only",
+                exc_info=True,
+                extra={"chain_id": chain_id},
+            )
+            return None
+
+    # -- inspecting ------------------------------------------------------------------
+
+    async def get_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """The chain as stored now; raises ``ChainNotFoundError``."""
+        return await self._retried(session, lambda: self.state.get_chain(chain_id, session=session))
+
+    async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
+        """The job as stored now; raises ``JobNotFoundError``."""
+        return await self._retried(session, lambda: self.state.get_job(job_id, session=session))
+
+    async def list_chains(
+        self,
+        *,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Chains newest first; pass ``page.next_cursor`` as ``after`` for the next page."""
+        return await self._retried(
+            None,
+            lambda: self.state.list_chains(
+                status=status, type_name=type_name, limit=limit, after=after
+            ),
+        )
+
+    async def list_jobs(
+        self,
+        *,
+        chain_id: str | None = None,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Jobs newest first (in chain order inside one chain), keyset-paginated."""
+        return await self._retried(
+            None,
+            lambda: self.state.list_jobs(
+                chain_id=chain_id, status=status, type_name=type_name, limit=limit, after=after
+            ),
+        )
+
+    async def count_jobs(self, *, type_names: Sequence[str] | None = None) -> Mapping[str, int]:
+        """Number of jobs per status."""
+        return await self._retried(None, lambda: self.state.count_jobs(type_names=type_names))
+
+    # -- acting on chains ------------------------------------------------------------
+
+    async def trigger(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """Make the chain's pending job due now (skipping its delay or retry backoff).
+
+        Safe to repeat: a job still pending is made due now again (and announced
+        again), one claimed meanwhile is left alone."""
+        return await self._write(
+            session,
+            lambda notes: self.state.trigger_chain(chain_id, notes=notes, session=session),
+        )
+
+    async def cancel(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """Cancel the chain's unfinished job; a worker running it loses ownership and
+        its handler is cancelled.
+
+        Safe to repeat: a final chain is returned as it is, so a repeat after a lost
+        COMMIT that succeeded returns the cancelled chain (and announces its end again,
+        since the lost attempt's notifications were lost with it)."""
+        return await self._finish_chain(
+            session,
+            lambda notes: self.state.cancel_chain(chain_id, notes=notes, session=session),
+        )
+
+    async def retry_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """Run a failed or cancelled chain again from its last job, with its attempts
+        starting over; workers are woken for it. Raises ``ChainNotFoundError``, or
+        ``InvalidInputError`` for a chain that is not failed or cancelled.
+
+        Jobs of other chains that waited on this one were released when it failed;
+        they are not held back again.
+
+        Safe to repeat: a repeat after a lost COMMIT that finds the chain running
+        again returns it as it is."""
+
+        async def retry_again(notes: NotificationBuffer) -> ChainRecord:
+            chain = await self.state.get_chain(chain_id)
+            if chain.status in FINAL_STATUSES:
+                return await self.state.retry_chain(chain_id, notes=notes)
+            notes.job_scheduled(chain.last_job.type_name)
+            return chain
+
+        return await self._write(
+            session,
+            lambda notes: self.state.retry_chain(chain_id, notes=notes, session=session),
+            again=retry_again,
+        )
+
+    async def complete_chain(
+        self, chain_id: str, output: Any = None, *, session: CallerSession = None
+    ) -> ChainRecord:
+        """Complete the chain from application code, without a worker (e.g. an
+        approval step); a worker running its job loses ownership.
+
+        Safe to repeat, like :meth:`cancel`: the repeat finds the chain final and
+        returns it with the output the lost attempt stored."""
+        check_json(output, "output")
+        return await self._finish_chain(
+            session,
+            lambda notes: self.state.complete_chain(chain_id, output, notes=notes, session=session),
+        )
+
+    async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
+        """Delete the chain and its jobs; raises ``ChainInUseError`` while other jobs
+        are blocked on it.
+
+        Safe to repeat: a repeat after a lost connection that finds the chain gone
+        returns, since the lost attempt (or someone else) deleted it."""
+
+        async def delete_again() -> None:
+            with suppress(ChainNotFoundError):
+                await self.state.delete_chain(chain_id)
+
+        await self._retried(
+            session, lambda: self.state.delete_chain(chain_id, session=session), again=delete_again
+        )
+
+    async def _finish_chain(
+        self, session: CallerSession, finish: Callable[[NotificationBuffer], Awaitable[ChainRecord]]
+    ) -> ChainRecord:
+        """``finish`` (cancel or complete) through :meth:`_write`; a repeat that finds the
+        chain final owes the announcements the lost attempt may have made."""
+
+        async def finish_again(notes: NotificationBuffer) -> ChainRecord:
+            chain = await finish(notes)
+            if chain.status in FINAL_STATUSES:
+                notes.chain_completed(chain.id)
+                notes.ownership_lost(chain.last_job.id)
+            return chain
+
+        return await self._write(session, finish, again=finish_again)
+
+    # -- state calls -----------------------------------------------------------------
+
+    async def _retried(
+        self,
+        session: CallerSession,
+        call: Callable[[], Awaitable[T]],
+        *,
+        again: Callable[[], Awaitable[T]] | None = None,
+    ) -> T:
+        """``call()`` in the caller's session as it is; in a transaction of its own,
+        repeated after a lost connection -- by ``again()`` when given (it first finds
+        out what the lost attempt did), else by ``call()``, which must then be safe to
+        repeat after a COMMIT that succeeded unseen."""
+        if session is not None:
+            return await call()
+        attempts = 0
+
+        async def attempt() -> T:
+            nonlocal attempts
+            attempts += 1
+            return await (call() if attempts == 1 or again is None else again())
+
+        return await retry_on_connection_loss(attempt, what="a database call")
+
+    async def _write(
+        self,
+        session: CallerSession,
+        write: Callable[[NotificationBuffer], Awaitable[T]],
+        *,
+        again: Callable[[NotificationBuffer], Awaitable[T]] | None = None,
+    ) -> T:
+        """``write`` through :meth:`_retried`; its notifications are published after
+        the COMMIT (the caller's, or its own)."""
+        if session is not None:
+            # Published by the buffer after the caller's COMMIT, dropped on rollback.
+            return await write(buffer_for_transaction(session, self.notify))
+        # The adapter adds to ``notes`` only when a write succeeded: one buffer serves
+        # every attempt.
+        notes = NotificationBuffer()
+        result = await self._retried(
+            None,
+            lambda: write(notes),
+            again=None if again is None else lambda: again(notes),
+        )
+        await self.flush(notes)
+        return result
+
+    # -- notifications ---------------------------------------------------------------
+
+    async def flush(self, notes: NotificationBuffer) -> None:
+        """Publish ``notes`` (already committed) without waiting for the notify server:
+        they go out on the adapter's sender task, in commit order, so a slow or hung
+        server never holds up the write that owes them. Notifications are hints: a
+        transport failure is logged, never raised, and workers find the jobs on their
+        next poll."""
+        send_later(self.notify, notes)

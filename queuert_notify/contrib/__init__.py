@@ -1,0 +1,1 @@
+"""Integrations with web frameworks (``contrib.django``: the ``django.tasks`` backend)."""

@@ -1,0 +1,160 @@
+"""The queue's own statements, run on a Django connection's cursor.
+
+The state layer writes and reads chains with coroutines that await only the
+connection they are given (see :mod:`state_adapters.sync.bridge`). Here that
+connection is a Django cursor: every statement is compiled once per database from
+the state layer's SQLAlchemy Core definitions and sent with ``cursor.execute``, so it
+runs on the Django connection of the task's database alias, in whatever transaction
+that connection is in (``transaction.atomic()``), never committed here. Validation,
+ids and statements are the state layer's; nothing is re-written in SQL here.
+
+Placeholders: Postgres statements are compiled for psycopg 3 (``%(name)s``), the
+driver of Django's Postgres backend whenever psycopg 3 is installed (psycopg2 is
+refused with a ``ConfigurationError``); SQLite statements are compiled with ``%s``
+placeholders, which Django's SQLite cursor turns into ``?`` as it does for its own
+queries.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from queuert_notify.errors import ConfigurationError
+from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+from state_adapters.statements.compiled import CompiledStatements
+from state_adapters.sync.bridge import SyncConnection
+
+
+class QueueTables:
+    """The state layer for one database vendor and table prefix: a state adapter that
+    never connects (it owns the statements and their validation) and the statements
+    compiled for the Django connection's driver. Shared by every thread."""
+
+    def __init__(self, vendor: str, *, table_prefix: str) -> None:
+        dialect: Dialect
+        if vendor == "postgresql":
+            twin = create_async_engine("postgresql+psycopg://")
+            dialect = twin.dialect
+        elif vendor == "sqlite":
+            twin = create_async_engine("sqlite+aiosqlite://")
+            dialect = SQLiteDialect_pysqlite(paramstyle="format")
+        else:
+            raise ConfigurationError(
+                f"the queuert task backend supports Postgres and SQLite databases, not "
+                f"Django's {vendor!r} backend"
+            )
+        self.state = SqlAlchemyStateAdapter(twin, table_prefix=table_prefix)
+        self.dialect = dialect
+        self.compiled = CompiledStatements(dialect)
+        self.as_stored = _datetimes_as_stored if vendor == "sqlite" else _as_returned
+
+    def on(self, cursor: Any) -> CursorConnection:
+        """A connection for the state layer's writes on ``cursor`` (a Django cursor)."""
+        return CursorConnection(cursor, self)
+
+    def reading(self, cursor: Any) -> CursorConnection:
+        """A connection for the state layer's reads on ``cursor`` (JSON decoded)."""
+        if self.dialect.name == "postgresql":
+            # Django loads JSON as text (its JSONField decodes it); the queue's
+            # statements read it as psycopg does by default. This cursor only.
+            from psycopg.types.json import JsonbLoader, JsonLoader
+
+            adapters = cursor.cursor.adapters
+            adapters.register_loader("jsonb", JsonbLoader)
+            adapters.register_loader("json", JsonLoader)
+        return CursorConnection(cursor, self)
+
+
+_shared: dict[tuple[str, str], QueueTables] = {}
+_shared_lock = threading.Lock()
+
+
+def queue_tables(vendor: str, *, table_prefix: str) -> QueueTables:
+    """The :class:`QueueTables` of a vendor and prefix (made once)."""
+    key = (vendor, table_prefix)
+    tables = _shared.get(key)
+    if tables is None:
+        with _shared_lock:
+            tables = _shared.get(key)
+            if tables is None:
+                tables = _shared[key] = QueueTables(vendor, table_prefix=table_prefix)
+    return tables
+
+
+class CursorConnection(SyncConnection):
+    """What the state layer awaits of a connection, done at once on a Django cursor
+    (in its connection's transaction, which stays Django's)."""
+
+    __slots__ = ("_cursor", "_tables")
+
+    def __init__(self, cursor: Any, tables: QueueTables) -> None:
+        self._cursor = cursor
+        self._tables = tables
+
+    @property
+    def dialect(self) -> Dialect:
+        return self._tables.dialect
+
+    async def execute(self, statement: Any, parameters: Any = None) -> Any:
+        compiled = self._tables.compiled(statement)
+        if isinstance(parameters, Sequence) and not isinstance(parameters, Mapping):
+            self._cursor.executemany(compiled.sql, [compiled.arguments(row) for row in parameters])
+            return Rows([], self._cursor.rowcount)
+        self._cursor.execute(compiled.sql, compiled.arguments(parameters or {}))
+        rows = self._cursor.fetchall() if self._cursor.description is not None else []
+        return Rows(compiled.typed(self._tables.as_stored(rows)), self._cursor.rowcount)
+
+    async def scalar(self, statement: Any, parameters: Any = None) -> Any:
+        return (await self.execute(statement, parameters)).scalar()
+
+    async def exec_driver_sql(self, statement: str, parameters: Any = None) -> Any:
+        self._cursor.execute(statement, parameters)
+        rows = self._cursor.fetchall() if self._cursor.description is not None else []
+        return Rows(rows, self._cursor.rowcount)
+
+
+class Rows:
+    """The part of a SQLAlchemy ``Result`` the state layer reads."""
+
+    __slots__ = ("_rows", "rowcount")
+
+    returns_rows = True
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def __iter__(self) -> Any:
+        return iter(self._rows)
+
+    def all(self) -> list[Any]:
+        return self._rows
+
+    def first(self) -> Any:
+        return self._rows[0] if self._rows else None
+
+    def scalar(self) -> Any:
+        return self._rows[0][0] if self._rows else None
+
+    def mappings(self) -> Rows:
+        return Rows([row._asdict() for row in self._rows], self.rowcount)
+
+
+def _as_returned(rows: list[Any]) -> list[Any]:
+    return rows
+
+
+def _datetimes_as_stored(rows: list[Any]) -> list[Any]:
+    """SQLite: Django's connection converts DATETIME columns to ``datetime`` (its
+    converters); the statements' result processors parse the stored text."""
+    return [
+        [value.isoformat(" ") if isinstance(value, datetime) else value for value in row]
+        for row in rows
+    ]

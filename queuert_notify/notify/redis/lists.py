@@ -1,0 +1,495 @@
+"""Durable wake tokens on Redis lists: the ``wake="lists"`` mode of ``RedisNotifyAdapter``.
+
+The reliable-queue pattern applied to wakeups; the keys are in
+:mod:`~queuert_notify.notify.redis.lists_wire`.
+
+- ``notify_jobs_scheduled(counts)`` pushes ``counts[t]`` tokens per type in one script
+  (``lua/push_wake_tokens.lua``) per *lane*, all sent at once; nothing is published.
+  One token wakes one consumer. A lane is the types whose keys share a hash slot:
+  every type on one server, the types of one slot on a cluster
+  (:mod:`~queuert_notify.notify.redis.lists_lines`).
+- A listening adapter is one *consumer*: per lane it blocks on ONE dedicated
+  connection for all the lane's types (``BLMOVE`` into its processing list for one
+  type: atomic; ``BLMPOP`` then ``RPUSH`` for several), and calls the type's
+  callbacks once per token. On a cluster that is one blocking connection per slot
+  holding its types, to the master serving the slot, following it when it moves.
+- A worker consumes the token (``consume_wake_hint``, no round trip), claims, then
+  calls ``acknowledge_wakes``: the token leaves the processing list (``LREM``). The
+  worker also reports its free slots there; no token is moved for a listener with
+  none free (a token that arrives anyway goes straight back to the head of its list).
+- Heartbeat and reaper: every ``consumer_timeout / 3`` the consumer renews its score in
+  each type's consumer set and, in the same atomic script (one per lane), returns the
+  processing lists of consumers whose score passed to the head of the token lists
+  (``lua/wake_heartbeat.lua``): a worker killed holding a token wakes another within
+  ``consumer_timeout`` plus one beat.
+- Stale tokens (whose job another worker claimed by polling) cost at most one empty
+  claim each; unused tokens disappear with their list 60 s after the last push.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from queuert_notify.notify.payloads import decode_text, encode_payload
+from queuert_notify.notify.protocol import (
+    HINT_TTL_SECONDS,
+    SignalCallback,
+    TypeNameCallback,
+    Unsubscribe,
+)
+from queuert_notify.notify.redis.lists_lines import (
+    BLOCK_TIMEOUT,
+    Lane,
+    ListsPlacement,
+)
+from queuert_notify.notify.redis.lists_wire import ConsumerKeys, Heartbeat, token_pushes
+from queuert_notify.notify.redis.shared import (
+    PUSH_WAKE_TOKENS,
+    RETURN_WAKE_TOKENS,
+    TAKE_WAKE_TOKEN,
+    WAKE_HEARTBEAT,
+    all_at_once,
+    issued_key,
+    processing_key,
+    token_list_key,
+)
+from queuert_notify.notify.shared_listener import SharedListener
+from state_adapters.backoff import Backoff
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONSUMER_TIMEOUT = 10.0
+"""Seconds without a heartbeat after which a consumer's moved tokens are returned."""
+
+_TOKEN = "1"
+_IN_FLIGHT_WAIT = 1.0  # seconds consume waits for a token its own blocking move took
+_STOP_GRACE = 2.0  # seconds a loop gets to stop before it is cancelled
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
+
+
+class RedisWakeLists:
+    """The wake half of ``RedisNotifyAdapter(wake="lists")``; each public method keeps
+    the promise of the adapter's method of the same name (see the module docstring).
+
+    Invariants: a token moved into this consumer's processing lists is, at every
+    moment, either *held* (announced to callbacks, not consumed), *granted* (consumed
+    by ``consume_wake_hint``, not acknowledged) or on its way back to its token list;
+    held plus granted tokens never exceed the free slots listeners reported (no report
+    yet: unbounded), over all lanes; a killed consumer's tokens go back once its
+    heartbeat lapses; a script call or blocking command names keys of one lane only.
+    """
+
+    def __init__(
+        self,
+        commands: Redis | RedisCluster,
+        placement: ListsPlacement,
+        *,
+        prefix: str,
+        address: str,
+        ready: Callable[[], Awaitable[None]],
+        consumer_timeout: float,
+    ) -> None:
+        self._commands = commands
+        self._placement = placement
+        self._prefix = prefix
+        self._address = address
+        self._ready = ready
+        self.consumer = uuid.uuid4().hex[:16]
+        self._listener = SharedListener(self._start_type, self._stop_type)
+        self._lanes: dict[int, Lane] = {}
+        self._lane_of: dict[str, Lane] = {}  # by type listened to
+        self._held: Counter[str] = Counter()
+        self._granted: Counter[str] = Counter()
+        self._registered: Counter[TypeNameCallback] = Counter()
+        self._free: dict[TypeNameCallback, int] = {}
+        self._changed = asyncio.Event()
+        self._arrival = asyncio.Event()
+        self._reconnect_callbacks: dict[int, SignalCallback] = {}
+        self._next_callback_id = 0
+        self._lost: set[int] = set()  # lanes whose connection is lost, not yet restored
+        self._closed = False
+        self._push = commands.register_script(PUSH_WAKE_TOKENS)
+        self._take = commands.register_script(TAKE_WAKE_TOKEN)
+        self._beat = commands.register_script(WAKE_HEARTBEAT)
+        self._give_back = commands.register_script(RETURN_WAKE_TOKENS)
+        self._keys = ConsumerKeys(prefix, placement, self.consumer, consumer_timeout)
+        self._heart = Heartbeat(
+            self._beat,
+            self._keys,
+            lambda: [list(lane.types) for lane in self._lanes.values()],
+            address=address,
+            name=f"queuert-notify wake heartbeat {prefix}",
+        )
+
+    # -- producing -------------------------------------------------------------------
+
+    async def notify_job_scheduled(self, type_name: str) -> None:
+        """One token: wakes one listener of ``type_name``."""
+        await self.notify_jobs_scheduled({type_name: 1})
+
+    async def provide_wake_hint(self, type_name: str, count: int) -> None:
+        """``count`` tokens (a provide and a wake are the same thing here)."""
+        await self.notify_jobs_scheduled({type_name: count})
+
+    async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
+        """Push every type's tokens: one script per lane, all sent at once (one round
+        trip of wall time); 0 counts are skipped."""
+        calls = token_pushes(self._prefix, counts, self._placement)
+        await self._ready()
+        if calls:
+            await all_at_once([self._push(keys=keys, args=args) for keys, args in calls])
+
+    # -- consuming -------------------------------------------------------------------
+
+    async def consume_wake_hint(self, type_name: str) -> bool:
+        """A token this consumer holds (no round trip), else one taken from the list
+        (moved into the processing list when this adapter listens to the type, popped
+        otherwise). True when taken or when no token was issued lately; False only when
+        tokens were issued within the TTL and every one is taken."""
+        key = encode_payload("type name", type_name)
+        await self._ready()
+        if self._held[key] > 0:
+            self._held[key] -= 1
+            self._granted[key] += 1
+            return True
+        tag = self._placement.tag(key)
+        keys = [token_list_key(self._prefix, tag), issued_key(self._prefix, tag)]
+        if key in self._lane_of:
+            keys.append(processing_key(self._prefix, tag, self.consumer))
+        code, moved = (int(n) for n in await self._take(keys=keys, args=[HINT_TTL_SECONDS]))
+        if code == 2:
+            self._granted[key] += 1
+        elif code == 0 and (self._held[key] > 0 or moved > self._held[key] + self._granted[key]):
+            # Our blocking move took the last token a moment ago: it arrived during
+            # this round trip, or its reply is on its way.
+            return await self._in_flight(key)
+        return code > 0
+
+    async def _in_flight(self, type_name: str) -> bool:
+        """Grant the token our blocking move is about to report (True if it does not
+        come within a moment: wake rather than miss)."""
+        with suppress(TimeoutError):
+            async with asyncio.timeout(_IN_FLIGHT_WAIT):
+                while self._held[type_name] <= 0:
+                    self._arrival.clear()
+                    await self._arrival.wait()
+        if self._held[type_name] > 0:
+            self._held[type_name] -= 1
+            self._granted[type_name] += 1
+        return True
+
+    async def acknowledge_wakes(self, callback: TypeNameCallback, free_slots: int) -> None:
+        """Remove every granted token from the processing lists (the claim they woke is
+        done) and record that ``callback``'s listener has ``free_slots`` free."""
+        if callback in self._registered:
+            # Recorded first: the blocking loops follow the worker's slots even while
+            # Redis is unreachable.
+            self._free[callback] = max(free_slots, 0)
+        self._changed.set()
+        await self._ready()
+        granted, self._granted = self._granted, Counter()
+        if granted:
+            async with self._commands.pipeline(transaction=False) as pipe:
+                for type_name, count in granted.items():
+                    pipe.lrem(self._keys.processing(type_name), count, _TOKEN)
+                await pipe.execute()
+        await self._return_surplus()
+
+    # -- listening -------------------------------------------------------------------
+
+    async def listen_job_scheduled(
+        self, type_names: Sequence[str], callback: TypeNameCallback
+    ) -> Unsubscribe:
+        """Call ``callback(t)`` once per token of a type in ``type_names`` this consumer
+        moves; returns once the consumer is registered for every type."""
+        await self._ready()
+        names = [encode_payload("type name", name) for name in type_names]
+        unsubscribes: list[Unsubscribe] = []
+        self._registered[callback] += 1
+        done = False
+
+        async def unsubscribe_all() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            self._registered[callback] -= 1
+            if self._registered[callback] <= 0:
+                del self._registered[callback]
+                self._free.pop(callback, None)
+            for unsubscribe in unsubscribes:
+                await unsubscribe()
+            self._changed.set()
+
+        try:
+            for name in dict.fromkeys(names):
+                unsubscribes.append(await self._listener.add(name, [name], callback))
+        except BaseException:
+            await unsubscribe_all()
+            raise
+        self._changed.set()  # a new listener wants tokens (unbounded until it reports)
+        return unsubscribe_all
+
+    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
+        """Run ``callback`` when a blocking connection was lost or every one restored
+        (tokens may have been lost with a restarted server: poll now)."""
+        callback_id = self._next_callback_id
+        self._next_callback_id += 1
+        self._reconnect_callbacks[callback_id] = callback
+
+        async def unsubscribe() -> None:
+            self._reconnect_callbacks.pop(callback_id, None)
+
+        return unsubscribe
+
+    async def close(self) -> None:
+        """Stop moving tokens, give back every token this consumer holds, leave the
+        consumer sets; idempotent. The blocking connections are closed (always ours)."""
+        if self._closed:
+            return
+        self._closed = True
+        lanes = list(self._lanes.values())
+        try:
+            await asyncio.gather(*(self._stop_lane(lane) for lane in lanes))
+            await self._heart.stop()
+            await self._listener.dispose()
+        finally:
+            # Also when the caller's close timeout cut the give-backs short (a master
+            # down): no connection outlives close().
+            self._reconnect_callbacks.clear()
+            for lane in lanes:
+                await lane.line.close()
+            self._lanes.clear()
+
+    # -- the consumer ----------------------------------------------------------------
+
+    async def _start_type(self, type_name: str) -> None:
+        """Register this consumer on ``type_name`` (so a reaper knows its processing
+        list) before any token can be moved there, then block on it too."""
+        await self._beat(
+            keys=self._keys.beat_keys([type_name]), args=self._keys.beat_args([type_name])
+        )
+        tokens = self._keys.tokens(type_name)
+        key = self._placement.lane(tokens)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = Lane(key, self._placement.line(tokens))
+        lane.types.append(type_name)
+        self._lane_of[type_name] = lane
+        await self._restart(lane)
+        self._heart.start()
+
+    async def _stop_type(self, type_name: str) -> None:
+        lane = self._lane_of.pop(type_name, None)
+        if lane is not None and type_name in lane.types:
+            lane.types.remove(type_name)
+            if not self._closed:
+                await self._restart(lane)
+                if not lane.types:
+                    del self._lanes[lane.key]
+                    self._lost.discard(lane.key)
+                    await lane.line.close()
+                if not self._lanes:
+                    await self._heart.stop()
+        self._held.pop(type_name, None)
+        self._granted.pop(type_name, None)
+        try:
+            await self._give_back(
+                keys=[
+                    self._keys.processing(type_name),
+                    self._keys.tokens(type_name),
+                    self._keys.consumers(type_name),
+                ],
+                args=[0, self.consumer, HINT_TTL_SECONDS],
+            )
+        except Exception as exc:
+            # They come back when the reaper sees this consumer's heartbeat lapse.
+            logger.warning(
+                "could not give back wake tokens",
+                extra={"address": self._address, "type_name": type_name, "error": repr(exc)},
+            )
+
+    async def _restart(self, lane: Lane) -> None:
+        """Restart the lane's blocking loop on its current types."""
+        await self._stop_lane(lane)
+        if lane.types and not self._closed:
+            stop = lane.stop = asyncio.Event()
+            lane.task = asyncio.create_task(
+                self._block_loop(lane, stop), name=f"queuert-notify wake lists {self._prefix}"
+            )
+
+    async def _stop_lane(self, lane: Lane) -> None:
+        """Stop the lane's loop. Cooperatively: redis-py may hold (or swallow) the
+        cancellation of a command it is reading, so the loop is told to stop and the
+        blocking command is ended by ``CLIENT UNBLOCK``; cancelling is the fallback."""
+        task, lane.task = lane.task, None
+        if task is None:
+            return
+        lane.stop.set()
+        self._changed.set()
+        deadline = asyncio.get_running_loop().time() + _STOP_GRACE
+        while not task.done() and asyncio.get_running_loop().time() < deadline:
+            if lane.client_id is not None:
+                # Ends a blocking move at once, as if it had timed out; sent again in case
+                # the move reached the server after the first one.
+                with suppress(Exception):
+                    await lane.line.unblock(lane.client_id)
+            await asyncio.wait([task], timeout=0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def _block_loop(self, lane: Lane, stop: asyncio.Event) -> None:
+        """Move tokens of the lane's types while listeners want them, until ``stop``;
+        never dies of a lost connection."""
+        backoff = Backoff(_BACKOFF_FIRST, _BACKOFF_MAX)
+        synced = False
+        while not stop.is_set():
+            try:
+                if not synced:
+                    await self._sync(lane)
+                    synced = True
+                self._restored(lane)
+                if self._outstanding() >= self._demand():
+                    self._changed.clear()
+                    if not stop.is_set():  # set before _changed: no wakeup is lost
+                        await self._changed.wait()
+                    continue
+                if stop.is_set():
+                    return
+                type_name = await self._move_one(lane)
+                if type_name is not None:
+                    await self._arrived(type_name)
+            except Exception as exc:
+                if stop.is_set():
+                    return  # the connection was closed to interrupt us
+                synced = False
+                lane.line.failed()
+                self._lose(lane, exc)
+                await backoff.sleep()
+                continue
+            backoff.reset()
+
+    async def _move_one(self, lane: Lane) -> str | None:
+        """Block until a token of one of the lane's types is ours; its type, or None."""
+        types = list(lane.types)
+        if len(types) == 1:
+            [type_name] = types
+            token = await lane.line.call(
+                "BLMOVE",
+                self._keys.tokens(type_name),
+                self._keys.processing(type_name),
+                "LEFT",
+                "RIGHT",
+                BLOCK_TIMEOUT,
+            )
+            return type_name if token is not None else None
+        by_key = {self._keys.tokens(name): name for name in types}
+        reply = await lane.line.call(
+            "BLMPOP", BLOCK_TIMEOUT, len(by_key), *by_key, "LEFT", "COUNT", 1
+        )
+        if not reply:
+            return None
+        popped = by_key.get(decode_text(reply[0]) or "")
+        if popped is None:
+            return None
+        type_name = popped
+        # Not atomic with the pop: a consumer killed during this one round trip loses
+        # the token (its job is still found by a catch-up poll).
+        await lane.line.call("RPUSH", self._keys.processing(type_name), *reply[1])
+        return type_name
+
+    async def _arrived(self, type_name: str) -> None:
+        self._held[type_name] += 1
+        self._arrival.set()
+        if self._outstanding() > self._demand():
+            # Every listener filled up while we were blocked: the next consumer waiting
+            # takes it at once.
+            await self._return_surplus()
+            return
+        self._listener.dispatch(type_name, type_name, type_name)
+
+    async def _sync(self, lane: Lane) -> None:
+        """Connect where the lane's keys live, learn the connection's id, re-register
+        on every type and adopt tokens in our processing lists we do not know of
+        (moved while a blocking command was being interrupted)."""
+        types = list(lane.types)
+        if not types:
+            return
+        lane.client_id = await lane.line.open()
+        await self._beat(keys=self._keys.beat_keys(types), args=self._keys.beat_args(types))
+        async with self._commands.pipeline(transaction=False) as pipe:
+            for type_name in types:
+                pipe.llen(self._keys.processing(type_name))
+            lengths = await pipe.execute()
+        for type_name, length in zip(types, lengths, strict=True):
+            unknown = int(length) - self._held[type_name] - self._granted[type_name]
+            for _ in range(max(unknown, 0)):
+                await self._arrived(type_name)
+
+    async def _return_surplus(self) -> None:
+        """Give back held tokens beyond what listeners want."""
+        surplus = min(self._outstanding() - self._demand(), sum(self._held.values()))
+        for type_name in list(self._held):
+            if surplus <= 0:
+                return
+            count = min(self._held[type_name], int(surplus))
+            if count <= 0:
+                continue
+            self._held[type_name] -= count
+            surplus -= count
+            await self._give_back(
+                keys=[
+                    self._keys.processing(type_name),
+                    self._keys.tokens(type_name),
+                    self._keys.consumers(type_name),
+                ],
+                args=[count, self.consumer, HINT_TTL_SECONDS],
+            )
+
+    # -- connection state --------------------------------------------------------------
+
+    def _lose(self, lane: Lane, exc: Exception) -> None:
+        """The lane's connection failed: poll now (once for every lost lane at a time)."""
+        first = not self._lost
+        self._lost.add(lane.key)
+        if first:
+            logger.warning(
+                "redis wake lists lost the connection; reconnecting",
+                extra={"address": self._address, "error": repr(exc)},
+            )
+            self._fire_reconnect()
+
+    def _restored(self, lane: Lane) -> None:
+        """The lane blocks again: poll now if it was the last one lost."""
+        if lane.key not in self._lost:
+            return
+        self._lost.discard(lane.key)
+        if not self._lost:
+            logger.info("redis wake lists reconnected", extra={"address": self._address})
+            self._fire_reconnect()
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _outstanding(self) -> int:
+        return sum(self._held.values()) + sum(self._granted.values())
+
+    def _demand(self) -> float:
+        """How many tokens listeners want at once (unbounded until they report)."""
+        if not self._registered:
+            return 0
+        if any(callback not in self._free for callback in self._registered):
+            return math.inf
+        return sum(self._free.values())
+
+    def _fire_reconnect(self) -> None:
+        for callback in list(self._reconnect_callbacks.values()):
+            self._listener.run_callback(callback)

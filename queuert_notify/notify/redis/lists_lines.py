@@ -1,0 +1,203 @@
+"""Where the keys of ``wake="lists"`` live, and the blocking connections a consumer
+moves tokens on: one server, or a Redis Cluster.
+
+A *lane* is a set of types whose keys share a hash slot: one blocking command
+(``BLMOVE``/``BLMPOP``) may wait on all of them, and one script call may touch all
+of them. On one server every type is in one lane; on a cluster every type's keys
+carry the type as their hash tag, so a lane is the types of one slot.
+
+One blocking connection per lane, not per node: a blocking command occupies its
+connection until it returns, and a command naming keys of two slots is refused
+(``CROSSSLOT``) even when one node serves both. Sharing one connection per node
+would need a doorbell key in a third slot, which the push script could not write
+in its own atomic step (a script touches only its own slot), and which consumers
+of other types would have to pop and give back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import SlotNotCoveredError
+
+from queuert_notify.notify.redis.sharded_subscriber import node_pool
+from queuert_notify.notify.redis.shared import hash_tag
+
+BLOCK_TIMEOUT = 5.0
+"""Seconds one blocking move waits before it is sent again (a liveness check)."""
+SOCKET_TIMEOUT = BLOCK_TIMEOUT + 5.0
+"""A blocking move waits ``BLOCK_TIMEOUT`` on the server; its socket waits longer, so
+only a server that stopped answering (not an idle list) times it out."""
+_UNBLOCK_TIMEOUT = 0.5  # seconds a CLIENT UNBLOCK may take (its node may be gone)
+
+
+class BlockingLine(Protocol):
+    """One connection of its own for one lane's blocking moves."""
+
+    async def open(self) -> int:
+        """Connect (again) where the lane's keys live now; the connection's client id."""
+        ...
+
+    async def call(self, *args: str | int | float) -> Any:
+        """Send a command on the connection (a blocking move, or the push after one)."""
+        ...
+
+    async def unblock(self, client_id: int) -> None:
+        """End a blocking command on the connection at once, as if it timed out."""
+        ...
+
+    def failed(self) -> None:
+        """A call failed: before the next ``open``, learn where the keys live."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class LaneKeys(Protocol):
+    """How keys are named and grouped into lanes (all a producer needs)."""
+
+    def tag(self, type_name: str) -> str:
+        """What stands for the type in its keys (``{prefix}:wake:{tag}...``)."""
+        ...
+
+    def lane(self, key: str) -> int:
+        """The lane of a type, from one of its keys: equal for keys one command may name."""
+        ...
+
+
+class ListsPlacement(LaneKeys, Protocol):
+    """How keys are named and grouped into lanes, and how a lane's line is made."""
+
+    def line(self, key: str) -> BlockingLine:
+        """A new blocking connection for the lane of ``key``."""
+        ...
+
+
+class ServerPlacement:
+    """One server: keys named by the bare type, every type in one lane."""
+
+    def __init__(self, commands: Redis, pool: ConnectionPool) -> None:
+        self._commands = commands
+        self._pool = pool
+
+    def tag(self, type_name: str) -> str:
+        return type_name
+
+    def lane(self, key: str) -> int:
+        return 0
+
+    def line(self, key: str) -> BlockingLine:
+        return _ServerLine(self._commands, self._pool)
+
+
+class ClusterKeys:
+    """A Redis Cluster: a type's keys hash-tagged by the type, a lane per slot."""
+
+    def tag(self, type_name: str) -> str:
+        return hash_tag(type_name)
+
+    def lane(self, key: str) -> int:
+        return key_slot(key.encode())
+
+
+class ClusterPlacement(ClusterKeys):
+    """A Redis Cluster's keys (:class:`ClusterKeys`), a line to the master of each slot."""
+
+    def __init__(self, cluster: RedisCluster) -> None:
+        self._cluster = cluster
+
+    def line(self, key: str) -> BlockingLine:
+        return _ClusterLine(self._cluster, key)
+
+
+class _ServerLine:
+    """The one blocking connection to the server (one lane); unblocked through the
+    command connection."""
+
+    def __init__(self, commands: Redis, pool: ConnectionPool) -> None:
+        self._commands = commands
+        # One connection: its client id is what CLIENT UNBLOCK interrupts.
+        self._client = Redis(connection_pool=pool, single_connection_client=True)
+
+    async def open(self) -> int:
+        return int(await self._client.client_id())
+
+    async def call(self, *args: str | int | float) -> Any:
+        return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+    async def unblock(self, client_id: int) -> None:
+        await self._commands.client_unblock(client_id)
+
+    def failed(self) -> None:
+        """Nothing to look up: the connection reconnects to the same address."""
+
+    async def close(self) -> None:
+        await self._client.aclose(close_connection_pool=True)
+
+
+class _ClusterLine:
+    """A connection to the master serving one slot, following the slot when it moves
+    or fails over: after a failed call (a dropped connection, ``MOVED``, ``ASK``, a
+    timeout) the next ``open`` refreshes the slot map and connects to the owner."""
+
+    def __init__(self, cluster: RedisCluster, key: str) -> None:
+        self._cluster = cluster
+        self._key = key
+        self._node: ClusterNode | None = None
+        self._client: Redis | None = None
+        self._stale = False
+
+    async def open(self) -> int:
+        if self._stale:
+            await self._cluster.nodes_manager.initialize()
+            self._stale = False
+        owner = self._cluster.get_node_from_key(self._key)
+        if owner is None:
+            raise SlotNotCoveredError(f"no master serves the slot of {self._key!r}")
+        if self._client is None or self._node is None or self._node.name != owner.name:
+            await self.close()
+            self._node = owner
+            pool = node_pool(owner, socket_timeout=SOCKET_TIMEOUT)
+            self._client = Redis(connection_pool=pool, single_connection_client=True)
+        return int(await self._client.client_id())
+
+    async def call(self, *args: str | int | float) -> Any:
+        if self._client is None:
+            raise RuntimeError("open() the line first")
+        return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+    async def unblock(self, client_id: int) -> None:
+        node = self._node
+        if node is None:
+            return
+        # Bounded: the node may be dead or hanging, and a stop must not wait for it.
+        with suppress(TimeoutError):
+            async with asyncio.timeout(_UNBLOCK_TIMEOUT):
+                await self._cluster.client_unblock(client_id, target_nodes=node)
+
+    def failed(self) -> None:
+        self._stale = True
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose(close_connection_pool=True)
+
+
+@dataclass(eq=False)
+class Lane:
+    """Types whose keys share a slot (every type, on one server), the connection one
+    blocking command waits on them with, and the loop sending it."""
+
+    key: int
+    line: BlockingLine
+    types: list[str] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    client_id: int | None = None  # of the line's connection, to unblock it

@@ -1,0 +1,154 @@
+"""The wire of the ``wake="lists"`` mode (:mod:`~queuert_notify.notify.redis.lists`):
+its keys, the pushes a producer sends, and one consumer's key names and heartbeat.
+
+Wire layout (``{t}`` is a type name;
+on a Redis Cluster it is the type as a hash tag, ``{<type>}`` with literal braces,
+so every key of one type lives in one slot):
+
+=======================================  ============  ==================================
+key                                      type          holds
+=======================================  ============  ==================================
+``{prefix}:wake:{t}``                    list          wake tokens (``"1"``), at most
+                                                       :data:`TOKEN_CAP`; TTL 60 s
+                                                       from the last push
+``{prefix}:wake:{t}:issued``             string        ``issued`` / ``overflow``: tokens
+                                                       were pushed in the last 60 s
+``{prefix}:wake:{t}:proc:{consumer}``    list          tokens one consumer moved and has
+                                                       not acknowledged yet
+``{prefix}:wake:{t}:consumers``          sorted set    consumer id -> server time (ms)
+                                                       until which it is alive
+=======================================  ============  ==================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
+from typing import Any
+
+from queuert_notify.notify.payloads import scheduled_counts
+from queuert_notify.notify.protocol import HINT_TTL_SECONDS
+from queuert_notify.notify.redis.lists_lines import LaneKeys
+from queuert_notify.notify.redis.shared import (
+    ScriptCall,
+    all_at_once,
+    consumers_key,
+    issued_key,
+    processing_key,
+    token_list_key,
+)
+
+logger = logging.getLogger(__name__)
+
+TOKEN_CAP = 10_000
+"""No token list holds more tokens: a burst beyond it marks the list ``overflow`` and
+consumers that find it empty wake anyway until the marker expires (60 s)."""
+
+_STOP_GRACE = 2.0  # seconds the heartbeat gets to stop before it is cancelled
+
+
+def token_pushes(prefix: str, counts: Mapping[str, int], keys: LaneKeys) -> list[ScriptCall]:
+    """The calls of ``push_wake_tokens.lua`` adding ``counts[t]`` tokens for every type
+    ``t``: one per lane involved (none for no count above 0). Every name and count is
+    checked first (``InvalidInputError``)."""
+    by_lane: dict[int, ScriptCall] = {}
+    for name, count in scheduled_counts(counts).items():
+        tag = keys.tag(name)
+        tokens = token_list_key(prefix, tag)
+        call_keys, args = by_lane.setdefault(keys.lane(tokens), ([], [HINT_TTL_SECONDS, TOKEN_CAP]))
+        call_keys += [tokens, issued_key(prefix, tag)]
+        args.append(count)
+    return list(by_lane.values())
+
+
+class ConsumerKeys:
+    """The keys of one consumer (``consumer``) under ``prefix``, and the arguments of its
+    heartbeat script (``lua/wake_heartbeat.lua``)."""
+
+    def __init__(self, prefix: str, keys: LaneKeys, consumer: str, timeout: float) -> None:
+        self._prefix = prefix
+        self._placement = keys
+        self.consumer = consumer
+        self.timeout = timeout
+
+    def tokens(self, type_name: str) -> str:
+        return token_list_key(self._prefix, self._placement.tag(type_name))
+
+    def processing(self, type_name: str, consumer: str | None = None) -> str:
+        tag = self._placement.tag(type_name)
+        return processing_key(self._prefix, tag, self.consumer if consumer is None else consumer)
+
+    def consumers(self, type_name: str) -> str:
+        return consumers_key(self._prefix, self._placement.tag(type_name))
+
+    def beat_keys(self, types: Sequence[str]) -> list[str]:
+        keys: list[str] = []
+        for name in types:
+            keys += [self.consumers(name), self.tokens(name), self.processing(name)]
+        return keys
+
+    def beat_args(self, types: Sequence[str]) -> list[str | int]:
+        prefixes = [self.processing(name, "") for name in types]
+        return [self.consumer, int(self.timeout * 1000), HINT_TTL_SECONDS, *prefixes]
+
+
+class Heartbeat:
+    """Keeps one consumer alive and returns the tokens of dead ones: every ``timeout / 3``
+    one heartbeat script per lane (``lanes()``: each lane's types), all at once, from
+    :meth:`start` until :meth:`stop`. A failed beat is retried at the next one."""
+
+    def __init__(
+        self,
+        beat: Callable[..., Awaitable[Any]],
+        keys: ConsumerKeys,
+        lanes: Callable[[], list[list[str]]],
+        *,
+        address: str,
+        name: str,
+    ) -> None:
+        self._beat = beat
+        self._keys = keys
+        self._lanes = lanes
+        self._address = address
+        self._name = name
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    def start(self) -> None:
+        """Start beating, unless it already does."""
+        if self._task is None:
+            stop = self._stop = asyncio.Event()
+            self._task = asyncio.create_task(self._loop(stop), name=self._name)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stop.set()
+        await asyncio.wait([task], timeout=_STOP_GRACE)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def _loop(self, stop: asyncio.Event) -> None:
+        while True:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._keys.timeout / 3)
+            if stop.is_set():
+                return
+            beats = [
+                self._beat(keys=self._keys.beat_keys(types), args=self._keys.beat_args(types))
+                for types in self._lanes()
+                if types
+            ]
+            try:
+                returned = sum(int(n) for n in await all_at_once(beats))
+            except Exception as exc:
+                logger.debug("wake heartbeat failed: %r", exc)
+                continue
+            if returned:
+                logger.info(
+                    "returned wake tokens of stopped consumers",
+                    extra={"address": self._address, "tokens": returned},
+                )

@@ -1,0 +1,120 @@
+"""What both Redis transports (single server and cluster) and the blocking publisher
+share: the wire names, the Lua scripts and the connection retry policy."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Sequence
+from importlib.resources import files
+from typing import TypeVar
+
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry as BlockingRetry
+
+_T = TypeVar("_T")
+
+RETRY_ATTEMPTS = 3
+"""Retries of a failed connect or command on a connection the adapter opened: a
+connection gone stale (e.g. a server restart) is replaced, not fatal."""
+
+
+def lua_script(name: str) -> str:
+    """The script ``lua/{name}.lua`` behind the budget prelude (``lua/budget.lua``) every
+    wake-budget script shares."""
+    folder = files("queuert_notify.notify.redis") / "lua"
+    return "".join(
+        (folder / f"{part}.lua").read_text(encoding="utf-8") for part in ("budget", name)
+    )
+
+
+PROVIDE_WAKE_HINT = lua_script("provide_wake_hint")
+CONSUME_WAKE_HINT = lua_script("consume_wake_hint")
+NOTIFY_JOBS_SCHEDULED = lua_script("notify_jobs_scheduled")
+
+ScriptCall = tuple[list[str], list[str | int]]
+"""The KEYS and ARGV of one script call: what the async adapter and the blocking
+publisher both send, built once by the same function."""
+
+
+# Wire names live in these two functions only (cluster names: redis_cluster.py).
+def channel_name(prefix: str, kind: str) -> str:
+    """The Pub/Sub channel of one notification kind (``sched``, ``chainc``, ``owls``)."""
+    return f"{prefix}:{kind}"
+
+
+def hint_key(prefix: str, type_name: str) -> str:
+    """The string key holding the wake budget of ``type_name``."""
+    return f"{prefix}:hint:{type_name}"
+
+
+def hash_tag(value: str) -> str:
+    """``value`` as a Redis Cluster hash tag (``{value}``): names carrying it share a slot.
+    A value that is empty or holds ``}`` (which would end the tag early) is tagged by
+    a digest instead, followed by the value: ``{#<hex>}:value``."""
+    if value and "}" not in value:
+        return f"{{{value}}}"
+    digest = hashlib.blake2b(value.encode(), digest_size=8).hexdigest()
+    return f"{{#{digest}}}:{value}"
+
+
+def _lua(name: str) -> str:
+    """The script ``lua/{name}.lua`` as it is (the lists-mode scripts share no prelude)."""
+    return (files("queuert_notify.notify.redis") / "lua" / f"{name}.lua").read_text(
+        encoding="utf-8"
+    )
+
+
+# The scripts and wire names of wake="lists" (layout: redis_lists.py).
+PUSH_WAKE_TOKENS = _lua("push_wake_tokens")
+TAKE_WAKE_TOKEN = _lua("take_wake_token")
+WAKE_HEARTBEAT = _lua("wake_heartbeat")
+RETURN_WAKE_TOKENS = _lua("return_wake_tokens")
+
+
+def token_list_key(prefix: str, type_name: str) -> str:
+    """The list of wake tokens of ``type_name``."""
+    return f"{prefix}:wake:{type_name}"
+
+
+def issued_key(prefix: str, type_name: str) -> str:
+    """The marker saying tokens of ``type_name`` were issued lately (or overflowed)."""
+    return f"{prefix}:wake:{type_name}:issued"
+
+
+def processing_key(prefix: str, type_name: str, consumer: str) -> str:
+    """The tokens of ``type_name`` that ``consumer`` moved and has not acknowledged."""
+    return f"{prefix}:wake:{type_name}:proc:{consumer}"
+
+
+def consumers_key(prefix: str, type_name: str) -> str:
+    """The consumers of ``type_name`` scored by the time until which they are alive."""
+    return f"{prefix}:wake:{type_name}:consumers"
+
+
+def connection_retry() -> Retry:
+    """Retry policy of the connections the adapter opens (from_url pools retry nothing)."""
+    return Retry(_backoff(), RETRY_ATTEMPTS)
+
+
+def blocking_connection_retry() -> BlockingRetry:
+    """The same policy for a blocking client (``SyncClient``'s cluster publisher)."""
+    return BlockingRetry(_backoff(), RETRY_ATTEMPTS)
+
+
+def _backoff() -> ExponentialWithJitterBackoff:
+    return ExponentialWithJitterBackoff(cap=1.0, base=0.05)
+
+
+async def all_at_once(calls: Sequence[Awaitable[_T]]) -> list[_T]:
+    """Await every call together (one round trip of wall time, however many nodes they
+    go to); the first failure is raised once every call has ended, so nothing is left
+    in flight. One call is awaited directly (no task)."""
+    if len(calls) == 1:
+        return [await calls[0]]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return list(results)  # type: ignore[arg-type]

@@ -1,0 +1,101 @@
+"""Running one claimed job: its context, its handler under the lease (watched for a
+lost lease), and its outcome written. The per-job part of the worker; the loop
+(:mod:`queuert_notify.worker.worker`) only claims and hands each run over."""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from typing import Any
+
+from queuert_notify.client.client import Client
+from queuert_notify.events import EventEmitter
+from queuert_notify.jobs import HandlerRegistry, Job, JobContext
+from queuert_notify.notify.protocol import Unsubscribe
+from queuert_notify.observe import instrumentation
+from queuert_notify.worker.job_outcome import OutcomeWriter
+from queuert_notify.worker.job_run import JobRun
+from queuert_notify.worker.lease_keeper import LeaseKeeper
+from queuert_notify.worker.settings import WorkerSettings
+from queuert_notify.worker.wake_subscriptions import WakeSubscriptions
+
+
+class JobExecution:
+    """Runs a worker's claimed jobs, one :meth:`execute` per run: a handler runs only
+    while its run holds the lease, its context ends (the atomic session closed, the
+    ownership-loss subscription dropped) however it ends, and its outcome is written
+    through ``outcomes``."""
+
+    def __init__(
+        self,
+        client: Client,
+        registry: HandlerRegistry,
+        settings: WorkerSettings,
+        *,
+        subscriptions: WakeSubscriptions,
+        leases: LeaseKeeper,
+        outcomes: OutcomeWriter,
+        emit: EventEmitter,
+    ) -> None:
+        self.client = client
+        self.registry = registry
+        self.worker_id = settings.worker_id
+        self.lease = settings.lease
+        self.mode = settings.mode
+        self.handler_timeout = settings.handler_timeout
+        self._subscriptions = subscriptions
+        self._leases = leases
+        self._outcomes = outcomes
+        self._emit = emit
+        self._no_session_reason = (
+            "ctx.session exists only in atomic mode; this worker runs in staged mode "
+            "(Worker(..., mode='atomic') to write in the completion's transaction)"
+            if self.mode == "staged"
+            else f"ctx.session needs a state adapter with handler transactions; "
+            f"{type(client.state).__name__} has none"
+        )
+
+    async def execute(self, run: JobRun) -> None:
+        job = run.job
+        run.trace = instrumentation.active().running(job, run.trace_context)
+        ctx = JobContext(
+            job,
+            state=self.client.state,
+            worker_id=self.worker_id,
+            lease_token=run.lease_token,
+            lease_seconds=self.lease,
+            transaction=self.client.state.handler_transaction() if self.mode == "atomic" else None,
+            no_session_reason=self._no_session_reason,
+            on_progress=lambda progress: self._emit("progress", job, progress=progress),
+            on_lease_renewed=lambda until: self._leases.renewed(run, until),
+            trace=run.trace,
+        )
+        self._emit("started", job)
+        unsubscribe: Unsubscribe | None = None
+        try:
+            with run.trace:
+                unsubscribe = await self._subscriptions.listen_for_ownership_loss(
+                    job.id,
+                    lambda: self._leases.check_ownership(run),
+                    _job_extra(job, self.worker_id),
+                )
+                result, error = await run.run_handler(
+                    run.trace.handling(lambda: self.registry.call(run.job, ctx)),
+                    self.handler_timeout,
+                )
+                await self._outcomes.finish(run, ctx, result, error)
+        finally:
+            await run.cancel_checks()
+            if ctx.transaction is not None:
+                await ctx.transaction.close()
+            if unsubscribe is not None:
+                with suppress(Exception):
+                    await unsubscribe()
+
+
+def _job_extra(job: Job, worker_id: str) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "type_name": job.type_name,
+        "attempt": job.attempt,
+        "worker_id": worker_id,
+    }

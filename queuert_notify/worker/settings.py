@@ -1,0 +1,71 @@
+"""A worker's settings, checked once when the worker is built."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from queuert_notify.errors import InvalidInputError
+from queuert_notify.maintenance.pruner import check_retention
+from queuert_notify.maintenance.schedules import Schedule, check_schedules
+from state_adapters.validation import check_positive_int, check_seconds
+
+WorkerMode = Literal["atomic", "staged"]
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """The keyword arguments of :class:`~queuert_notify.worker.worker.Worker`, valid by
+    construction: a bad value is an ``InvalidInputError`` naming the setting, raised
+    before the worker exists. An empty ``worker_id`` becomes a random one."""
+
+    concurrency: int = 10
+    poll_interval: float = 60.0
+    lease: float = 60.0
+    mode: WorkerMode = "atomic"
+    worker_id: str = ""
+    handler_timeout: float | None = None
+    retry_backoff: Callable[[int], float] | None = None
+    drain_timeout: float = 30.0
+    reap_interval: float | None = None
+    jitter: float = 0.1
+    completion_batch_size: int = 100
+    completion_linger: float = 0.0
+    loop_lag_threshold: float | None = 0.5
+    schedules: tuple[Schedule, ...] = ()
+    retention: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.concurrency, "concurrency")
+        check_seconds(self.poll_interval, "poll_interval", allow_zero=False)
+        check_seconds(self.lease, "lease", allow_zero=False)
+        check_seconds(self.drain_timeout, "drain_timeout", allow_zero=True)
+        check_positive_int(self.completion_batch_size, "completion_batch_size")
+        if self.handler_timeout is not None:
+            check_seconds(self.handler_timeout, "handler_timeout", allow_zero=False)
+        if self.reap_interval is not None:
+            check_seconds(self.reap_interval, "reap_interval", allow_zero=False)
+        if self.loop_lag_threshold is not None:
+            check_seconds(self.loop_lag_threshold, "loop_lag_threshold", allow_zero=False)
+        if not 0 <= self.jitter < 1:
+            raise InvalidInputError(f"jitter must be a fraction in [0, 1), got {self.jitter!r}")
+        if self.retry_backoff is not None and not callable(self.retry_backoff):
+            raise InvalidInputError(
+                f"retry_backoff must be a callable attempt -> seconds, got {self.retry_backoff!r}"
+            )
+        if self.mode not in ("atomic", "staged"):
+            raise InvalidInputError(f"mode must be 'atomic' or 'staged', got {self.mode!r}")
+        check_schedules(self.schedules)
+        check_retention(self.retention)
+        if not self.worker_id:
+            # Frozen: the one default drawn at random is set once, here.
+            object.__setattr__(self, "worker_id", f"worker-{uuid.uuid4().hex[:12]}")
+
+    @property
+    def reap_every(self) -> float:
+        """Seconds between reaps of an idle worker: ``reap_interval``, by default half
+        the lease."""
+        return self.reap_interval if self.reap_interval is not None else self.lease / 2

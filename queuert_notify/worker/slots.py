@@ -1,0 +1,71 @@
+"""A worker's running jobs and the concurrency slots their handlers hold."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+from queuert_notify.worker.job_run import JobRun
+
+
+class Slots:
+    """The worker's runs, by lease token, and the ``concurrency`` slots they hold.
+
+    A run takes a slot when it is claimed (:meth:`take`) and gives it back once its
+    handler finished (:meth:`release`): the next job starts while this one's outcome is
+    written. It stays among the runs until that write is done (:meth:`remove`). At most
+    ``concurrency`` handlers run, and at most ``3 * concurrency`` runs are held at once
+    (a batch of completions in flight and the next), so a slow database slows claiming
+    down instead of queueing completions without bound.
+    """
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self._runs: dict[str, JobRun] = {}
+        self._busy = 0  # runs whose handler has not finished
+
+    def free(self) -> int:
+        """Handlers that may start now."""
+        return min(self.concurrency - self._busy, 3 * self.concurrency - len(self._runs))
+
+    def take(self, run: JobRun) -> None:
+        """``run`` was claimed: it holds a slot until :meth:`release`."""
+        self._runs[run.lease_token] = run
+        self._busy += 1
+
+    def release(self, run: JobRun) -> bool:
+        """``run``'s handler finished: give its slot back (once). True when no slot was
+        free before, so a loop sleeping for one should wake."""
+        if not run.holds_slot:
+            return False
+        was_full = self.free() <= 0
+        run.holds_slot = False
+        self._busy -= 1
+        return was_full
+
+    def remove(self, run: JobRun) -> bool:
+        """``run`` is over (its outcome written or given up): forget it and free its
+        slot if it still holds one. True when no slot was free before."""
+        was_full = self.free() <= 0
+        self._runs.pop(run.lease_token, None)
+        self.release(run)
+        return was_full
+
+    def __iter__(self) -> Iterator[JobRun]:
+        return iter(list(self._runs.values()))
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def tasks(self) -> set[asyncio.Task[None]]:
+        """The tasks of the runs held."""
+        return {run.task for run in self._runs.values() if run.task is not None}
+
+    def job_ids(self) -> list[str]:
+        """The ids of the jobs running."""
+        return [run.job.id for run in self._runs.values()]
+
+    def abandon_all(self, reason: str) -> None:
+        """The worker stops: every run keeps its lease until it expires, then runs again."""
+        for run in list(self._runs.values()):
+            run.abandon(reason)

@@ -1,0 +1,96 @@
+"""docs/django.md's example project, written and run exactly as the page shows it:
+its files, its commands (makemigrations, migrate, queuert_worker), its shell session."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+DOC = Path(__file__).parents[2] / "docs" / "django.md"
+BLOCK = re.compile(r'```(\w*)(?: title="([^"]+)")?\n(.*?)```', re.DOTALL)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def blocks() -> tuple[dict[str, str], list[str]]:
+    """The titled code blocks (file name -> text) and the first bash block's commands."""
+    files: dict[str, str] = {}
+    commands: list[str] = []
+    for language, title, text in BLOCK.findall(DOC.read_text()):
+        if title:
+            files[title] = text
+        elif language == "bash" and not commands:
+            commands = [line for line in text.splitlines() if line.strip()]
+    return files, commands
+
+
+def test_the_example_project_runs_as_written(
+    tmp_path: Path, postgres_url: str, redis_url: str
+) -> None:
+    files, commands = blocks()
+    shell = files.pop("shell")
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    for package in ("mysite", "accounts", "accounts/migrations"):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / package / "__init__.py").touch()
+    database = f"qn_django_doc_{uuid.uuid4().hex[:10]}"
+    admin = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{database}"')
+    env = {
+        **os.environ,
+        "MYSITE_DB": database,
+        "REDIS_URL": redis_url,
+        "QUEUERT_REDIS_PREFIX": f"qt{uuid.uuid4().hex[:12]}",
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    worker: subprocess.Popen[str] | None = None
+    try:
+        assert [c.split()[:3] for c in commands] == [
+            ["python", "manage.py", "makemigrations"],
+            ["python", "manage.py", "migrate"],
+            ["python", "manage.py", "queuert_worker"],
+        ]
+        for command in commands[:2]:
+            argv = [sys.executable, *shlex.split(command)[1:]]
+            done = subprocess.run(
+                argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+        worker = subprocess.Popen(
+            [sys.executable, *shlex.split(commands[2])[1:]],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        done = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", shell],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "SUCCESSFUL welcomed ada@example.com" in done.stdout
+    finally:
+        if worker is not None:
+            worker.send_signal(signal.SIGTERM)
+            output, _ = worker.communicate(timeout=60)
+            assert worker.returncode == 0, output
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')

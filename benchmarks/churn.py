@@ -385,7 +385,7 @@ async def run(args: argparse.Namespace) -> str:
         rows = {}
         for kind in states:
             async with database(kind, args) as db:
-                seconds = max(6.0, 30 * scale)
+                seconds = max(4.0, 30 * scale)
                 rows[_label(kind)] = await schedules(db, seconds, _logs(log_root, "sched", kind))
         sections += [
             "Schedules (3 worker processes, every 1 s, one SIGKILLed and restarted half-way):",

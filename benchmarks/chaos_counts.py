@@ -106,7 +106,7 @@ def most_claims_per_second(rows: Sequence[Any], phases: Sequence[Limits]) -> tup
         while end < len(claims) and claims[end] < first + 1.0 - 1e-6:
             end += 1
         count = end - index
-        rate = _allowed(phases, first - 1.0, first + 1.0, "rate")
+        rate = _allowed(phases, first, first + 1.0, "rate")
         if count > rate:
             over += 1
         if count > most:

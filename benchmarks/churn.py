@@ -192,6 +192,7 @@ async def supervised(db: Database, total: int, log_dir: Path) -> dict[str, objec
         "lost": total - completed,
         "completed twice": doubled,
         "effects missing": completed - len({row.job_id for row in rows}),
+        "completed on a later attempt": _later_attempts(rows),
         "children killed": kills,
         "limit changes": len(phases) - 1,
         "max running / cap": cap_text(most, cap),
@@ -240,6 +241,7 @@ async def churn(db: Database, notify: str, total: int, log_dir: Path) -> dict[st
         "completed twice": doubled,
         "re-run after a kill": reruns,
         "effects missing": completed - len({row.job_id for row in rows}),
+        "completed on a later attempt": _later_attempts(rows),
         "workers killed": kills,
         "Redis restarts": redis_restarts,
     }
@@ -249,6 +251,9 @@ async def schedules(db: Database, seconds: float, log_dir: Path) -> dict[str, ob
     env = {**db.env(), "QT_MODE": "atomic", "QT_SCHEDULE_EVERY": "1", "QT_POLL": "0.5"}
     with Processes(env, log_dir) as procs:
         workers = [procs.start_worker(1, QT_CONCURRENCY="4") for _ in range(3)]
+        # The run's time counts from the first tick: starting processes on a loaded
+        # machine takes seconds of its own.
+        await _until_started(db, time.monotonic() + 60)
         await asyncio.sleep(seconds / 2)
         procs.kill_worker(workers[0])
         procs.start_worker(1, QT_CONCURRENCY="4")
@@ -336,6 +341,19 @@ async def retention(db: Database, rounds: int, log_dir: Path) -> dict[str, objec
         "dependents refused (blocker pruned)": refused,
         "unfinished jobs left": sum(unfinished.values()),
     }
+
+
+async def _until_started(db: Database, deadline: float) -> None:
+    """Wait (bounded) until the first job exists."""
+    while True:
+        if sum((await db.counts()).values()) or time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.1)
+
+
+def _later_attempts(rows: list[Any]) -> int:
+    """Jobs whose recorded run was not their first attempt: an earlier one was killed."""
+    return len({row.job_id for row in rows if row.attempt > 1})
 
 
 async def _finished_chains(db: Database) -> set[str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, insert, select
@@ -77,6 +77,11 @@ def _seconds(name: str) -> timedelta | None:
     return None if value is None else timedelta(seconds=float(value))
 
 
+def _utc(instant: datetime) -> datetime:
+    """The database's instants are UTC, with or without a zone attached."""
+    return instant if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
+
+
 def build_worker() -> Worker:
     from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 
@@ -109,7 +114,7 @@ def build_worker() -> Worker:
             steps=steps,
             concurrency_key=job.concurrency_key,
             worker_id=worker_id,
-            claimed=leased_until.timestamp() - lease,
+            claimed=_utc(leased_until).timestamp() - lease,
             started=started,
             ended=time.time(),
         )

@@ -217,7 +217,12 @@ async def churn(db: Database, notify: str, total: int, log_dir: Path) -> dict[st
         deadline = time.monotonic() + 120 + total / 5
         next_kill = time.monotonic() + random.uniform(2, 4)
         completed = 0
-        while completed < total and time.monotonic() < deadline:
+        # A tiny run may finish before its second restart is due: it still restarts
+        # Redis twice (under idle workers) before stopping them.
+        restarts_due = 2 if procs.redis is not None else 0
+        while (completed < total or redis_restarts < restarts_due) and (
+            time.monotonic() < deadline
+        ):
             completed = (await db.counts()).get("completed", 0)
             if time.monotonic() >= next_kill:
                 procs.kill_worker(random.choice(procs.live_workers()))
@@ -225,7 +230,7 @@ async def churn(db: Database, notify: str, total: int, log_dir: Path) -> dict[st
                 kills += 1
                 next_kill = time.monotonic() + random.uniform(2, 4)
             due = completed >= total * (redis_restarts + 1) / 3
-            if procs.redis is not None and redis_restarts < 2 and due:
+            if redis_restarts < restarts_due and due:
                 procs.kill_redis()
                 await asyncio.sleep(1.0)
                 procs.start_redis()

@@ -468,6 +468,52 @@ async def test_peers_runs_every_workload_for_ours_and_the_floors(
         assert column in report
 
 
+async def test_health_cost_reports_both_databases(postgres_url: str) -> None:
+    report = await run_benchmark(
+        [
+            "health-cost",
+            "--rounds=1",
+            "--calls=3",
+            "--finished=300",
+            "--pending=20",
+            f"--postgres-url={postgres_url}",
+        ]
+    )
+
+    assert "| Postgres |" in report and "| SQLite |" in report
+    assert "Postgres: ok: 20 pending" in report
+
+
+async def test_claim_plan_compares_a_never_analyzed_table_with_an_analyzed_one(
+    postgres_url: str,
+) -> None:
+    report = await run_benchmark(
+        ["claim-plan", "--rounds=1", "--jobs=200", f"--postgres-url={postgres_url}"]
+    )
+
+    assert "| never analyzed |" in report and "| analyzed |" in report
+    assert "never analyzed / analyzed, jobs/s:" in report
+
+
+async def test_held_horizon_reports_each_phase_and_the_health_report_at_the_worst_moment(
+    postgres_url: str,
+) -> None:
+    report = await run_benchmark(
+        [
+            "held-horizon",
+            "--duration=14",
+            "--hold-at=1",
+            "--hold-for=12",
+            "--rate=50",
+            f"--postgres-url={postgres_url}",
+        ]
+    )
+
+    for phase in ("before the hold", "held", "after the release"):
+        assert f"| {phase} |" in report
+    assert "xmin horizon: backend" in report
+
+
 def test_django_enqueue_reports_create_and_enqueue_per_database(
     redis_url: str, postgres_url: str
 ) -> None:
@@ -492,6 +538,27 @@ def test_django_enqueue_reports_create_and_enqueue_per_database(
     assert "| database | create() µs | enqueue() µs | enqueue / create |" in done.stdout
     assert "| Postgres (psycopg 3) |" in done.stdout
     assert "| SQLite |" in done.stdout
+
+
+async def test_pgbouncer_reports_wake_latency_per_route_and_the_fleets_server_connections(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        [
+            "pgbouncer",
+            "--rounds=1",
+            "--samples=5",
+            "--processes=2",
+            "--concurrency=2",
+            "--jobs=100",
+            *_services(redis_url, postgres_url),
+        ]
+    )
+
+    for row in ("psycopg, direct", "psycopg, PgBouncer", "asyncpg, direct", "asyncpg, PgBouncer"):
+        assert f"| {row} |" in report
+    assert "| asyncpg, 2 processes x 2 slots |" in report
+    assert "server connections (max)" in report
 
 
 _MUST_BE_ZERO = (

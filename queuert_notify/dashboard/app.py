@@ -117,6 +117,7 @@ class Dashboard:
         return [
             Route("/", self.overview, name="overview"),
             Route("/chains", self.chains, name="chains"),
+            Route("/health", self.health, name="health"),
             Route("/chains/{chain_id}", self.chain, name="chain"),
             Route("/chains/{chain_id}/{action}", self.act, methods=["POST"], name="act"),
             # The type name travels in the form, not the path: any name the queue
@@ -133,6 +134,10 @@ class Dashboard:
     async def chains(self, request: Request) -> Response:
         params = dict(request.query_params)
         return await self._page(request, lambda: self.pages.chains(params))
+
+    async def health(self, request: Request) -> Response:
+        params = dict(request.query_params)
+        return await self._page(request, lambda: self.pages.health(params))
 
     async def chain(self, request: Request) -> Response:
         chain_id = request.path_params["chain_id"]

@@ -16,9 +16,9 @@ from queuert_notify.observe import instrumentation
 from queuert_notify.worker.job_outcome import OutcomeWriter
 from queuert_notify.worker.job_run import JobRun
 from queuert_notify.worker.lease_keeper import LeaseKeeper
-from queuert_notify.worker.notify_bounds import CALL_LIMIT
 from queuert_notify.worker.settings import WorkerSettings
-from queuert_notify.worker.wake_subscriptions import WakeSubscriptions
+from queuert_notify.worker.wake.bounds import CALL_LIMIT
+from queuert_notify.worker.wake.subscriptions import WakeSubscriptions
 
 
 class JobExecution:

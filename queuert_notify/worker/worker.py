@@ -32,8 +32,8 @@ from queuert_notify.worker.settings import WorkerMode, WorkerSettings
 from queuert_notify.worker.shutdown import Shutdown, settle, stop_signals
 from queuert_notify.worker.slots import Slots
 from queuert_notify.worker.startup_checks import check_clock, check_pool_size, check_tables
-from queuert_notify.worker.wake_policy import WakePolicy
-from queuert_notify.worker.wake_subscriptions import WakeSubscriptions
+from queuert_notify.worker.wake.policy import WakePolicy
+from queuert_notify.worker.wake.subscriptions import WakeSubscriptions
 from state_adapters.backoff import Backoff
 from state_adapters.model import JobRecord
 from state_adapters.notifications import wait_for_notifications
@@ -44,8 +44,6 @@ __all__ = ["Worker", "WorkerMode", "WorkerSettings"]
 logger = logging.getLogger(__name__)
 
 _ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX = 0.5, 30.0
-_LOOP_WARNING_INTERVAL = 60.0
-"""While the loop keeps failing, one warning per this many seconds (the rest at DEBUG)."""
 """Seconds the loop pauses after a failed pass: doubling from the first to the maximum."""
 
 
@@ -415,9 +413,7 @@ class Worker:
         errors = Backoff(_ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX)
         # An outage (a database restarting, backends terminated) fails pass after pass:
         # one line when it starts, one a minute while it lasts, one when it ends.
-        failures = OutageLog(
-            logger, "worker loop", interval=_LOOP_WARNING_INTERVAL, tracebacks=False
-        )
+        failures = OutageLog(logger, "worker loop", interval=60.0, tracebacks=False)
         while not self._shutdown.requested:
             # Cleared before claiming, so a reason arriving meanwhile is kept.
             self._wake.clear()

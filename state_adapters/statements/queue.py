@@ -43,6 +43,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from state_adapters.model import JobRecord
 from state_adapters.schema import Tables, UtcDateTime, json_type
+from state_adapters.statements.claims import best_due
 from state_adapters.statements.controlled_types import controlled
 from state_adapters.statements.dialect import SqlDialect
 
@@ -237,24 +238,11 @@ class Statements:
 
         The limit and the statuses are written into the SQL, not bound: a worker
         sends a handful of these shapes, and Postgres can then plan each once (a
-        generic plan of a bound status cannot use the index of pending jobs)."""
+        generic plan of a bound status cannot use the index of pending jobs). Which
+        jobs it takes: :func:`~state_adapters.statements.claims.best_due`."""
         jobs = self.tables.jobs
+        best = best_due(self.tables, self.dialect, type_count, limit)
         pending: ColumnElement[str] = literal_column("'pending'")
-        best = (
-            select(jobs.c.id)
-            .where(
-                jobs.c.status == pending,
-                jobs.c.type_name.in_([bindparam(f"type_{i}") for i in range(type_count)]),
-                # Read off the acquire index in claim order, never sorted from another.
-                self.dialect.without_index(jobs.c.scheduled_at)
-                <= bindparam("now", type_=UtcDateTime()),
-                # Paused types wait; limited ones are claimed by limited_claims.
-                ~controlled(self.tables),
-            )
-            .order_by(jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
-            .limit(literal_column(str(int(limit))))
-        )
-        best = self.dialect.claim_lock(best)
         return (
             update(jobs)
             .where(self.dialect.id_in_selected(jobs.c.id, best))

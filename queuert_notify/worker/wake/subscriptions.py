@@ -9,7 +9,7 @@ from contextlib import suppress
 
 from queuert_notify.errors import NotifyAdapterClosedError
 from queuert_notify.notify.protocol import NotifyAdapter, SignalCallback, Unsubscribe
-from queuert_notify.worker.notify_bounds import CALL_LIMIT, SUBSCRIBE_LIMIT, CallGate
+from queuert_notify.worker.wake.bounds import CALL_LIMIT, SUBSCRIBE_LIMIT, CallGate
 from state_adapters.backoff import Backoff
 from state_adapters.outage_log import OutageLog
 
@@ -38,7 +38,7 @@ class WakeSubscriptions:
     used and how many slots are free (``acknowledge_wakes``: durable wake tokens are
     acknowledged, and no more are taken than the worker has slots for).
 
-    Every call to the adapter is bounded (:mod:`queuert_notify.worker.notify_bounds`): one that
+    Every call to the adapter is bounded (:mod:`queuert_notify.worker.wake.bounds`): one that
     does not answer in time counts as failed, and a failed acknowledgement or ownership
     listen is not tried again for ``_CALL_PAUSE`` seconds, so an adapter that hangs
     never holds the claim path or a run for longer than one bounded wait per pause.

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from queuert_notify.notify.protocol import NotifyAdapter
-from queuert_notify.worker.notify_bounds import CALL_LIMIT, CallGate
+from queuert_notify.worker.wake.bounds import CALL_LIMIT, CallGate
 from state_adapters.outage_log import OutageLog
 
 logger = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ CLAIMER_GRACE = 0.25
 told by the wake budget that it has a claimer, looks again."""
 HINT_RETRY = 1.0
 """Seconds between calls to a wake budget that failed or did not answer within
-:data:`~queuert_notify.worker.notify_bounds.CALL_LIMIT` (every hint counts as granted
+:data:`~queuert_notify.worker.wake.bounds.CALL_LIMIT` (every hint counts as granted
 meanwhile)."""
 
 Next = Literal["ask", "claim", "check_due"]

@@ -9,15 +9,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 
 from benchmarks import (
+    churn,
+    claim_plan,
     dashboard,
     django_enqueue,
     drain,
+    health_cost,
+    held_horizon,
     herd,
     instrumentation_cost,
     limited_claim,
     limits,
     notify_overhead,
     peer_queues,
+    pgbouncer,
     prune_impact,
     redis_cost,
     start_throughput,
@@ -50,6 +55,11 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     dashboard,
     prune_impact,
     peer_queues,
+    churn,
+    pgbouncer,
+    health_cost,
+    claim_plan,
+    held_horizon,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

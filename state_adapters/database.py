@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 
 from state_adapters.errors import ConfigurationError, mask_url
+from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.postgres.database import Postgres
 from state_adapters.schema import Tables
 from state_adapters.sqlite.connections import SqliteSynchronous, check_synchronous
@@ -38,7 +39,9 @@ T = TypeVar("T")
 Step = Callable[[Conn], Awaitable[T]]
 """Statements run in one transaction of the adapter's own."""
 
-_SUPPORTED = {("postgresql", "psycopg"), ("sqlite", "aiosqlite")}
+_SUPPORTED = {("postgresql", "psycopg"), ("postgresql", "asyncpg"), ("sqlite", "aiosqlite")}
+ASYNC_URLS = "postgresql+psycopg://, postgresql+asyncpg:// and sqlite+aiosqlite://"
+"""The engines :func:`database_for` accepts, as a user writes their URLs."""
 
 
 class Database(Protocol):
@@ -90,7 +93,9 @@ class Database(Protocol):
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
         """Give another engine on this database the connection settings the queue
-        needs (``SyncClient``'s sync engine)."""
+        needs, and compile :meth:`compiled` statements for its driver where it binds
+        parameters differently, since its connections then run them (``SyncClient``'s
+        sync engine)."""
         ...
 
     async def take_migration_lock(self, connection: AsyncConnection, name: str) -> None:
@@ -108,6 +113,11 @@ class Database(Protocol):
 
     async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new chains and their first jobs, given the first jobs' rows."""
+        ...
+
+    async def storage_health(self, conn: Any, limits: HealthThresholds) -> StorageHealth:
+        """What this database tells of the queue's health, judged against ``limits``
+        (:mod:`state_adapters.health`); reads only, on ``conn``."""
         ...
 
     async def prune_batch(
@@ -137,7 +147,7 @@ class Database(Protocol):
 def database_for(
     engine: AsyncEngine, tables: Tables, *, sqlite_synchronous: SqliteSynchronous
 ) -> Database:
-    """The database of ``engine`` (``postgresql+psycopg`` or ``sqlite+aiosqlite``);
+    """The database of ``engine`` (see :data:`ASYNC_URLS`);
     raises ``ConfigurationError`` for any other driver or a bad setting."""
     check_supported(engine)
     check_synchronous(sqlite_synchronous)
@@ -147,11 +157,24 @@ def database_for(
 
 
 def check_supported(engine: AsyncEngine) -> None:
-    """Raise ``ConfigurationError`` unless the engine is Postgres/psycopg or SQLite/aiosqlite."""
+    """Raise ``ConfigurationError`` unless ``engine`` is an ``AsyncEngine`` whose driver is
+    one of :data:`ASYNC_URLS` (a synchronous engine's error names ``SyncClient``)."""
+    if not isinstance(engine, AsyncEngine):
+        hint = (
+            f" ({engine.dialect.name}+{engine.dialect.driver}); a synchronous engine "
+            "belongs to queuert_notify.SyncClient"
+            if isinstance(engine, Engine)
+            else ""
+        )
+        raise ConfigurationError(
+            "SqlAlchemyStateAdapter needs an AsyncEngine "
+            f"(sqlalchemy.ext.asyncio.create_async_engine) on {ASYNC_URLS}, "
+            f"got {type(engine).__name__}{hint}"
+        )
     dialect = engine.dialect
     if (dialect.name, dialect.driver) not in _SUPPORTED:
         url = mask_url(engine.url.render_as_string(hide_password=False))
         raise ConfigurationError(
             f"unsupported database {dialect.name}+{dialect.driver} ({url}); "
-            "SqlAlchemyStateAdapter supports postgresql+psycopg:// and sqlite+aiosqlite:// URLs"
+            f"SqlAlchemyStateAdapter supports {ASYNC_URLS} URLs"
         )

@@ -1,4 +1,5 @@
-"""The state adapter over SQLAlchemy's asyncio engine: Postgres (psycopg 3) and SQLite (aiosqlite).
+"""The state adapter over SQLAlchemy's asyncio engine: Postgres (psycopg 3 or asyncpg) and
+SQLite (aiosqlite).
 
 Guarantees (the conformance suite in ``queuert_notify.testing`` checks them):
 
@@ -16,7 +17,8 @@ Each method checks its arguments, then runs named steps in a transaction:
 starting (:mod:`state_adapters.steps.starting`), completing
 (:mod:`state_adapters.steps.completion`), chains becoming final
 (:mod:`state_adapters.steps.finishing`), chain actions (:mod:`state_adapters.steps.chain_actions`),
-retention and schedule ticks (:mod:`state_adapters.steps.operations`);
+retention and schedule ticks (:mod:`state_adapters.steps.operations`), the health
+report (:mod:`state_adapters.steps.health`);
 what differs between Postgres and SQLite is asked of the
 :class:`~state_adapters.database.Database` chosen at construction.
 """
@@ -53,6 +55,7 @@ from state_adapters.steps import failing, starting
 from state_adapters.steps.chain_actions import ChainActions
 from state_adapters.steps.chain_reads import ChainReads
 from state_adapters.steps.completion import claim_jobs, complete, ownership_lost
+from state_adapters.steps.health import HealthCheck
 from state_adapters.steps.inspection import Inspection
 from state_adapters.steps.operations import QueueOperations
 from state_adapters.steps.type_controls import TypeControlMethods, TypeControls
@@ -66,7 +69,7 @@ if TYPE_CHECKING:
 
 
 class SqlAlchemyStateAdapter(
-    ChainActions, ChainReads, Inspection, QueueOperations, TypeControlMethods
+    ChainActions, ChainReads, HealthCheck, Inspection, QueueOperations, TypeControlMethods
 ):
     """Job state in the application's own Postgres or SQLite database.
 
@@ -93,12 +96,6 @@ class SqlAlchemyStateAdapter(
         backoff_cap: float = DEFAULT_BACKOFF_CAP,
         sqlite_synchronous: SqliteSynchronous = SQLITE_SYNCHRONOUS,
     ) -> None:
-        if not isinstance(engine, AsyncEngine):
-            raise ConfigurationError(
-                "SqlAlchemyStateAdapter needs an AsyncEngine "
-                "(sqlalchemy.ext.asyncio.create_async_engine), "
-                f"got {type(engine).__name__}"
-            )
         tables = make_tables(table_prefix, schema)
         database = database_for(engine, tables, sqlite_synchronous=sqlite_synchronous)
         if not (0 <= backoff_base <= backoff_cap):
@@ -274,8 +271,11 @@ class SqlAlchemyStateAdapter(
         transaction of its own, on a held connection when one is free; raises
         ``JobOwnershipLostError`` when it changed nothing."""
 
+        compiled = self._db.compiled(write.statement)  # of fixed shape: renewals, progress
+
         async def step(conn: Conn) -> Any:
-            return (await conn.execute(*write)).first()
+            changed = await compiled.rows(conn, write.params)
+            return changed[0] if changed else None
 
         async with self._lanes.connection() as lane:
             if await self._db.in_transaction(lane, step) is None:

@@ -4,6 +4,7 @@ lost lease), and its outcome written. The per-job part of the worker; the loop
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import suppress
 from typing import Any
 
@@ -16,7 +17,8 @@ from queuert_notify.worker.job_outcome import OutcomeWriter
 from queuert_notify.worker.job_run import JobRun
 from queuert_notify.worker.lease_keeper import LeaseKeeper
 from queuert_notify.worker.settings import WorkerSettings
-from queuert_notify.worker.wake_subscriptions import WakeSubscriptions
+from queuert_notify.worker.wake.bounds import CALL_LIMIT
+from queuert_notify.worker.wake.subscriptions import WakeSubscriptions
 
 
 class JobExecution:
@@ -89,7 +91,8 @@ class JobExecution:
                 await ctx.transaction.close()
             if unsubscribe is not None:
                 with suppress(Exception):
-                    await unsubscribe()
+                    async with asyncio.timeout(CALL_LIMIT):
+                        await unsubscribe()
 
 
 def _job_extra(job: Job, worker_id: str) -> dict[str, Any]:

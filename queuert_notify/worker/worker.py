@@ -31,12 +31,13 @@ from queuert_notify.worker.loop_watchdog import LoopWatchdog, warn_blocked
 from queuert_notify.worker.settings import WorkerMode, WorkerSettings
 from queuert_notify.worker.shutdown import Shutdown, settle, stop_signals
 from queuert_notify.worker.slots import Slots
-from queuert_notify.worker.startup_checks import check_pool_size, check_tables
-from queuert_notify.worker.wake_policy import WakePolicy
-from queuert_notify.worker.wake_subscriptions import WakeSubscriptions
+from queuert_notify.worker.startup_checks import check_clock, check_pool_size, check_tables
+from queuert_notify.worker.wake.policy import WakePolicy
+from queuert_notify.worker.wake.subscriptions import WakeSubscriptions
 from state_adapters.backoff import Backoff
 from state_adapters.model import JobRecord
 from state_adapters.notifications import wait_for_notifications
+from state_adapters.outage_log import OutageLog
 
 __all__ = ["Worker", "WorkerMode", "WorkerSettings"]
 
@@ -221,6 +222,12 @@ class Worker:
         if self._run_task is not None:
             await asyncio.gather(self._run_task, return_exceptions=True)
 
+    @property
+    def abandoned_jobs(self) -> int:
+        """Running jobs this worker gave up on when it stopped (the drain timeout passed,
+        a forced stop): each runs again once its lease expires. 0 after a full drain."""
+        return self._slots.abandoned
+
     def _called_from_inside(self) -> bool:
         current = asyncio.current_task()
         return current is self._run_task or current in self._slots.tasks()
@@ -263,6 +270,7 @@ class Worker:
                 await self.client.connect()
                 check_pool_size(self.client.state, self.settings)
                 await check_tables(self.client.state)
+                await check_clock(self.client.state, worker_id=self.worker_id)
                 # Claims and completions on connections kept out of the pool while the
                 # worker runs (when the adapter keeps any).
                 await held.enter_async_context(self.client.state.holding_connections())
@@ -403,23 +411,22 @@ class Worker:
         timer). A failed pass is retried after a backoff; a ConfigurationError (the
         tables are gone) stops the worker."""
         errors = Backoff(_ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX)
+        # An outage (a database restarting, backends terminated) fails pass after pass:
+        # one line when it starts, one a minute while it lasts, one when it ends.
+        failures = OutageLog(logger, "worker loop", interval=60.0, tracebacks=False)
         while not self._shutdown.requested:
             # Cleared before claiming, so a reason arriving meanwhile is kept.
             self._wake.clear()
             try:
                 sleep = await self._claim_and_start()
                 errors.reset()
+                failures.succeeded()
             except ConfigurationError as exc:
                 logger.error("worker stopped: %s", exc, extra={"worker_id": self.worker_id})
                 raise
             except Exception:
                 sleep = min(errors.next(), self.poll_interval)
-                logger.warning(
-                    "worker loop failed; retrying in %.1fs",
-                    sleep,
-                    exc_info=True,
-                    extra={"worker_id": self.worker_id},
-                )
+                failures.failed(f"retrying in {sleep:.1f}s", worker_id=self.worker_id)
             if self._shutdown.requested:
                 break
             if sleep is None:

@@ -22,6 +22,7 @@ from state_adapters.model import (
     ChainRecord,
     Completion,
     FailureOutcome,
+    JobLogLine,
     JobRecord,
     JobStatus,
     NewChain,
@@ -169,6 +170,22 @@ class StateAdapter(Protocol):
 
     async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
         """Raises ``JobNotFoundError``."""
+        ...
+
+    async def append_job_logs(self, lines: Sequence[JobLogLine]) -> None:
+        """Write log lines (of any jobs) in one transaction of the adapter's own, kept
+        whatever becomes of the jobs' transactions. Lines that end a job go with its
+        ``Completion.log_lines`` instead (written only if the completion holds)."""
+        ...
+
+    async def job_logs(
+        self,
+        job_id: str,
+        *,
+        after: tuple[int, int] | None = None,
+        session: CallerSession = None,
+    ) -> list[JobLogLine]:
+        """The job's log lines by attempt then seq, after ``(attempt, seq)`` if given."""
         ...
 
     async def list_chains(
@@ -395,6 +412,18 @@ class StateAdapterBase:
         self, finished_before: datetime, *, batch_size: int = DEFAULT_PRUNE_BATCH_SIZE
     ) -> int:
         raise _unsupported(self, "retention (prune_chains)")
+
+    async def append_job_logs(self, lines: Sequence[JobLogLine]) -> None:
+        """Without a log store, lines are not kept (``Completion.log_lines`` too)."""
+
+    async def job_logs(
+        self,
+        job_id: str,
+        *,
+        after: tuple[int, int] | None = None,
+        session: CallerSession = None,
+    ) -> list[JobLogLine]:
+        return []
 
     async def take_schedule_tick(
         self,

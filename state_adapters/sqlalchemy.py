@@ -54,6 +54,7 @@ from state_adapters.steps.chain_actions import ChainActions
 from state_adapters.steps.chain_reads import ChainReads
 from state_adapters.steps.completion import claim_jobs, complete, ownership_lost
 from state_adapters.steps.inspection import Inspection
+from state_adapters.steps.job_logs import JobLogMethods
 from state_adapters.steps.operations import QueueOperations
 from state_adapters.steps.type_controls import TypeControlMethods, TypeControls
 from state_adapters.transactions.calls import Transactions
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
 
 
 class SqlAlchemyStateAdapter(
-    ChainActions, ChainReads, Inspection, QueueOperations, TypeControlMethods
+    ChainActions, ChainReads, Inspection, JobLogMethods, QueueOperations, TypeControlMethods
 ):
     """Job state in the application's own Postgres or SQLite database.
 

@@ -129,6 +129,10 @@ class ContinueWith:
     job: NewJob
 
 
+LogPosition = tuple[int, int]
+"""A line's place in its job's log: ``(attempt, seq)``."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobLogLine:
     """One line a job logged: the ``seq``-th (from 1) of its ``attempt``."""

@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from state_adapters.job_log_store import JobLogStore, JobLogStoreBase
 from state_adapters.model import (
     DEFAULT_PRUNE_BATCH_SIZE,
     UNFINISHED_STATUSES,
@@ -22,7 +23,6 @@ from state_adapters.model import (
     ChainRecord,
     Completion,
     FailureOutcome,
-    JobLogLine,
     JobRecord,
     JobStatus,
     NewChain,
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
 
 
-class StateAdapter(Protocol):
+class StateAdapter(JobLogStore, Protocol):
     """Durable job state. See the module docstring for sessions and ``notes``."""
 
     async def migrate(self) -> None:
@@ -170,22 +170,6 @@ class StateAdapter(Protocol):
 
     async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
         """Raises ``JobNotFoundError``."""
-        ...
-
-    async def append_job_logs(self, lines: Sequence[JobLogLine]) -> None:
-        """Write log lines (of any jobs) in one transaction of the adapter's own, kept
-        whatever becomes of the jobs' transactions. Lines that end a job go with its
-        ``Completion.log_lines`` instead (written only if the completion holds)."""
-        ...
-
-    async def job_logs(
-        self,
-        job_id: str,
-        *,
-        after: tuple[int, int] | None = None,
-        session: CallerSession = None,
-    ) -> list[JobLogLine]:
-        """The job's log lines by attempt then seq, after ``(attempt, seq)`` if given."""
         ...
 
     async def list_chains(
@@ -352,7 +336,7 @@ class StateAdapter(Protocol):
         ...
 
 
-class StateAdapterBase:
+class StateAdapterBase(JobLogStoreBase):
     """Defaults for the worker-loop capabilities of :class:`StateAdapter`, for adapters
     without a faster way: completions and claims in separate calls, no connections
     kept; and for operating the queue: nothing is ever paused or limited, and pausing
@@ -412,18 +396,6 @@ class StateAdapterBase:
         self, finished_before: datetime, *, batch_size: int = DEFAULT_PRUNE_BATCH_SIZE
     ) -> int:
         raise _unsupported(self, "retention (prune_chains)")
-
-    async def append_job_logs(self, lines: Sequence[JobLogLine]) -> None:
-        """Without a log store, lines are not kept (``Completion.log_lines`` too)."""
-
-    async def job_logs(
-        self,
-        job_id: str,
-        *,
-        after: tuple[int, int] | None = None,
-        session: CallerSession = None,
-    ) -> list[JobLogLine]:
-        return []
 
     async def take_schedule_tick(
         self,

@@ -18,6 +18,8 @@ from datetime import timedelta
 from queuert_notify.client.client import CLOSE_FLUSH_LIMIT, Client
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.events import EventEmitter, WorkerEvent
+from queuert_notify.job_logs.attempt_log import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES
+from queuert_notify.job_logs.writer import JobLogWriter
 from queuert_notify.jobs import Handler, HandlerRegistry, Job
 from queuert_notify.maintenance.schedules import Schedule
 from queuert_notify.maintenance.services import MaintenanceServices
@@ -94,6 +96,8 @@ class Worker:
         loop_lag_threshold: float | None = 0.5,
         schedules: Sequence[Schedule] = (),
         retention: timedelta | None = None,
+        job_log_lines: int = DEFAULT_MAX_LINES,
+        job_log_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         """
         ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter``
@@ -107,7 +111,8 @@ class Worker:
         be blocked before a warning names the running jobs (``None``: no watchdog);
         ``schedules``: :class:`Schedule` s whose chains this worker starts, one per tick
         across all workers; ``retention``: delete chains that finished longer ago than
-        this (``None``: keep them) -- see docs/operations.md.
+        this (``None``: keep them) -- see docs/operations.md; ``job_log_lines``,
+        ``job_log_bytes``: the ``ctx.log`` lines kept per attempt (docs/workers.md).
         Checked here (see :class:`WorkerSettings`): a bad value raises InvalidInputError.
         """
         settings = WorkerSettings(
@@ -126,6 +131,8 @@ class Worker:
             loop_lag_threshold=loop_lag_threshold,
             schedules=tuple(schedules),
             retention=retention,
+            job_log_lines=job_log_lines,
+            job_log_bytes=job_log_bytes,
         )
         self.settings = settings
         self.client = client
@@ -248,6 +255,7 @@ class Worker:
             continued=self._continued,
             retry_backoff=self.retry_backoff,
             worker_id=self.worker_id,
+            logs=JobLogWriter(self.client.state, self.settings),
         )
         self._execution = JobExecution(
             self.client,

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from state_adapters.arguments import check_key
 from state_adapters.errors import InvalidInputError
-from state_adapters.model import JobLogLine
+from state_adapters.model import JobLogLine, LogPosition
 from state_adapters.schema import Tables
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class JobLogMethods:
         self,
         job_id: str,
         *,
-        after: tuple[int, int] | None = None,
+        after: LogPosition | None = None,
         session: CallerSession = None,
     ) -> list[JobLogLine]:
         """The lines job ``job_id`` logged, by attempt then ``seq``; with ``after=(attempt,
@@ -110,7 +110,7 @@ async def _rows(
     return rows
 
 
-def _position(after: tuple[int, int] | None) -> tuple[int, int]:
+def _position(after: LogPosition | None) -> LogPosition:
     if after is None:
         return 0, 0
     if (

@@ -175,3 +175,28 @@ async def test_retention_and_delete_chain_remove_the_lines(client: Client) -> No
     assert await client.prune(older_than=timedelta(0)) == 1
     for job_id in job_ids:
         assert await client.job_logs(job_id) == []
+
+
+async def test_a_sync_client_reads_the_lines_too(
+    client: Client, sync_engine: Any, table_prefix: str
+) -> None:
+    from queuert_notify import SyncClient
+
+    async def talk(job: Job, ctx: JobContext) -> None:
+        ctx.log("one")
+        ctx.log("two", n=2)
+
+    chain = await client.start_chain("talk")
+    async with Worker(client, {"talk": talk}):
+        await client.await_chain(chain.id, timeout=20)
+
+    def read() -> tuple[list[Any], list[Any]]:
+        with SyncClient(sync_engine, table_prefix=table_prefix) as sync:
+            return sync.job_logs(chain.id), sync.job_logs(chain.id, after=(1, 1))
+
+    every, later = await asyncio.to_thread(read)
+    assert [(line.seq, line.message, line.fields) for line in every] == [
+        (1, "one", None),
+        (2, "two", {"n": 2}),
+    ]
+    assert [line.message for line in later] == ["two"]

@@ -200,3 +200,21 @@ async def test_a_sync_client_reads_the_lines_too(
         (2, "two", {"n": 2}),
     ]
     assert [line.message for line in later] == ["two"]
+
+
+async def test_a_line_no_database_can_store_as_given_never_fails_the_completion(
+    client: Client,
+) -> None:
+    async def odd(job: Job, ctx: JobContext) -> str:
+        ctx.log("nul \x00 here", ratio=float("nan"))
+        ctx.log("an object", when=object, text="nul \x00")
+        return "completed"
+
+    chain = await client.start_chain("odd")
+    async with Worker(client, {"odd": odd}):
+        done = await client.await_chain(chain.id, timeout=20)
+    assert done.output == "completed"
+    first, second = await client.job_logs(chain.id)
+    assert first.message == "nul \ufffd here"
+    assert first.fields == {"fields": "{'ratio': nan}"}
+    assert second.fields == {"when": "<class 'object'>", "text": "nul \ufffd"}

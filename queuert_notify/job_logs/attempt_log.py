@@ -48,11 +48,13 @@ class AttemptLog:
 
     def add(self, level: str, message: str, fields: dict[str, Any] | None = None) -> None:
         """Keep one line, or count it as dropped once the attempt's bound is reached."""
+        # Postgres holds no NUL in text or jsonb: a line must never fail the completion
+        # it is written with.
+        message = message.replace("\x00", "\ufffd")
         stored: dict[str, Any] | None = None
         size = len(message.encode("utf-8", "replace"))
         if fields:
-            # Values JSON cannot hold are stored as their str().
-            encoded = json.dumps(fields, default=str)
+            encoded = _encoded(fields)
             size += len(encoded)
             stored = json.loads(encoded)
         with self._lock:
@@ -116,6 +118,16 @@ class JobLogHandler(logging.Handler):
             log.add(record.levelname, message, {"logger": record.name})
         except Exception:
             self.handleError(record)
+
+
+def _encoded(fields: dict[str, Any]) -> str:
+    """``fields`` as JSON any database stores: values JSON cannot hold as their ``str()``,
+    no NaN or infinity, no NUL."""
+    try:
+        encoded = json.dumps(fields, default=str, allow_nan=False)
+    except ValueError:  # NaN or infinity, or a cycle
+        encoded = json.dumps({"fields": repr(fields)})
+    return encoded.replace("\\u0000", "\\ufffd")
 
 
 def _now() -> datetime:

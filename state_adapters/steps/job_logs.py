@@ -4,6 +4,7 @@ the job runs or after it failed), read in order from a position."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Insert, Integer, Select, and_, bindparam, insert, or_, select
@@ -23,8 +24,10 @@ _READ_LIMIT = 10_000
 """Lines returned by one read at most; the next read continues after the last."""
 
 
+@cache
 def insert_lines(tables: Tables) -> Insert:
-    """The insert of one line; run with a list of :func:`line_row` to write a batch."""
+    """The insert of one line, built once per table set (so it is compiled once); run
+    with a list of :func:`line_row` to write a batch."""
     return insert(tables.job_logs)
 
 
@@ -46,6 +49,7 @@ async def write_lines(conn: Conn, tables: Tables, lines: Sequence[JobLogLine]) -
         await conn.execute(insert_lines(tables), [line_row(line) for line in lines])
 
 
+@cache
 def read_lines(tables: Tables) -> Select[Any]:
     """A job's lines after the position (``:attempt``, ``:seq``), in order."""
     t = tables.job_logs

@@ -9,9 +9,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 
 from benchmarks import (
+    claim_plan,
     dashboard,
     django_enqueue,
     drain,
+    health_cost,
+    held_horizon,
     herd,
     instrumentation_cost,
     limited_claim,
@@ -50,6 +53,9 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     dashboard,
     prune_impact,
     peer_queues,
+    health_cost,
+    claim_plan,
+    held_horizon,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

@@ -32,7 +32,7 @@ from typing import Any
 from benchmarks import runner, stacks
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.claimer import Claimer
-from queuert_notify.worker.wake_policy import WakePolicy
+from queuert_notify.worker.wake.policy import WakePolicy
 from queuert_notify.worker.worker import Worker
 
 NAME = "wake-path"

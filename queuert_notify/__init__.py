@@ -23,6 +23,7 @@ from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter, Unsubscribe
 from queuert_notify.worker.worker import Worker
+from state_adapters.health import HealthReport, HealthThresholds
 
 if TYPE_CHECKING:
     from queuert_notify.client.sync_client import SyncClient
@@ -54,6 +55,8 @@ __all__ = [
     "ChainSpec",
     "Client",
     "ConfigurationError",
+    "HealthReport",
+    "HealthThresholds",
     "InProcessNotifyAdapter",
     "InvalidInputError",
     "Job",

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 
 from state_adapters.errors import ConfigurationError, mask_url
+from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.postgres.database import Postgres
 from state_adapters.schema import Tables
 from state_adapters.sqlite.connections import SqliteSynchronous, check_synchronous
@@ -108,6 +109,11 @@ class Database(Protocol):
 
     async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new chains and their first jobs, given the first jobs' rows."""
+        ...
+
+    async def storage_health(self, conn: Any, limits: HealthThresholds) -> StorageHealth:
+        """What this database tells of the queue's health, judged against ``limits``
+        (:mod:`state_adapters.health`); reads only, on ``conn``."""
         ...
 
     async def prune_batch(

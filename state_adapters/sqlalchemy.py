@@ -16,7 +16,8 @@ Each method checks its arguments, then runs named steps in a transaction:
 starting (:mod:`state_adapters.steps.starting`), completing
 (:mod:`state_adapters.steps.completion`), chains becoming final
 (:mod:`state_adapters.steps.finishing`), chain actions (:mod:`state_adapters.steps.chain_actions`),
-retention and schedule ticks (:mod:`state_adapters.steps.operations`);
+retention and schedule ticks (:mod:`state_adapters.steps.operations`), the health
+report (:mod:`state_adapters.steps.health`);
 what differs between Postgres and SQLite is asked of the
 :class:`~state_adapters.database.Database` chosen at construction.
 """
@@ -53,6 +54,7 @@ from state_adapters.steps import failing, starting
 from state_adapters.steps.chain_actions import ChainActions
 from state_adapters.steps.chain_reads import ChainReads
 from state_adapters.steps.completion import claim_jobs, complete, ownership_lost
+from state_adapters.steps.health import HealthCheck
 from state_adapters.steps.inspection import Inspection
 from state_adapters.steps.job_logs import JobLogMethods
 from state_adapters.steps.operations import QueueOperations
@@ -67,7 +69,13 @@ if TYPE_CHECKING:
 
 
 class SqlAlchemyStateAdapter(
-    ChainActions, ChainReads, Inspection, JobLogMethods, QueueOperations, TypeControlMethods
+    ChainActions,
+    ChainReads,
+    HealthCheck,
+    Inspection,
+    JobLogMethods,
+    QueueOperations,
+    TypeControlMethods,
 ):
     """Job state in the application's own Postgres or SQLite database.
 

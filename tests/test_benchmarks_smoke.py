@@ -468,6 +468,52 @@ async def test_peers_runs_every_workload_for_ours_and_the_floors(
         assert column in report
 
 
+async def test_health_cost_reports_both_databases(postgres_url: str) -> None:
+    report = await run_benchmark(
+        [
+            "health-cost",
+            "--rounds=1",
+            "--calls=3",
+            "--finished=300",
+            "--pending=20",
+            f"--postgres-url={postgres_url}",
+        ]
+    )
+
+    assert "| Postgres |" in report and "| SQLite |" in report
+    assert "Postgres: ok: 20 pending" in report
+
+
+async def test_claim_plan_compares_a_never_analyzed_table_with_an_analyzed_one(
+    postgres_url: str,
+) -> None:
+    report = await run_benchmark(
+        ["claim-plan", "--rounds=1", "--jobs=200", f"--postgres-url={postgres_url}"]
+    )
+
+    assert "| never analyzed |" in report and "| analyzed |" in report
+    assert "never analyzed / analyzed, jobs/s:" in report
+
+
+async def test_held_horizon_reports_each_phase_and_the_health_report_at_the_worst_moment(
+    postgres_url: str,
+) -> None:
+    report = await run_benchmark(
+        [
+            "held-horizon",
+            "--duration=14",
+            "--hold-at=1",
+            "--hold-for=12",
+            "--rate=50",
+            f"--postgres-url={postgres_url}",
+        ]
+    )
+
+    for phase in ("before the hold", "held", "after the release"):
+        assert f"| {phase} |" in report
+    assert "xmin horizon: backend" in report
+
+
 def test_django_enqueue_reports_create_and_enqueue_per_database(
     redis_url: str, postgres_url: str
 ) -> None:

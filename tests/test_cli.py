@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,6 +132,30 @@ def test_worker_command_explains_a_bad_target(target: str, message: str) -> None
     result = CliRunner().invoke(main, ["worker", target])
     assert result.exit_code == 2
     assert message in result.output
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_target_module_that_fails_at_import_is_one_line_without_a_traceback(
+    tmp_path: Path, processes: str
+) -> None:
+    (tmp_path / "broken_jobs.py").write_text(
+        "import os\n\nraise RuntimeError('QUEUE_URL is not set')\n"
+    )
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "queuert_notify.cli", "worker", "broken_jobs:build"),
+            f"--processes={processes}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        "Error: importing 'broken_jobs' failed: RuntimeError: QUEUE_URL is not set "
+        f"({tmp_path / 'broken_jobs.py'}:3)"
+    ]
 
 
 # -- settings the commands cannot run with ---------------------------------------------

@@ -5,10 +5,14 @@ refusal to expose it without a token. (The browser tests are test_dashboard_brow
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from html import escape as html_escape
+from html import unescape as html_unescape
 from pathlib import Path
 
 import httpx
@@ -25,6 +29,7 @@ from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.model import Completion, ContinueWith, NewJob
 from state_adapters.notifications import NotificationBuffer
 from tests.support.dashboard_server import served
+from tests.support.services import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,8 +51,7 @@ async def queue(tmp_path: Path) -> AsyncIterator[tuple[SqlAlchemyStateAdapter, C
 def http(app: object, **options: object) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]
-        base_url="http://dash.test",
-        **options,  # type: ignore[arg-type]
+        **{"base_url": "http://dash.test", **options},  # type: ignore[arg-type]
     )
 
 
@@ -182,6 +186,76 @@ async def test_an_action_without_this_browsers_csrf_token_changes_nothing(
     assert (await client.get_chain(chain.id)).status == "pending"
 
 
+async def test_a_request_for_a_host_not_allowed_is_refused_so_dns_rebinding_gets_nothing(
+    queue: tuple,
+) -> None:
+    state, client = queue
+    chain = await client.start_chain("email", {}, delay=3600)
+    app = create_app(state, client.notify, allowed_hosts=["127.0.0.1:8765", "localhost:8765"])
+    rebound = {"host": "rebind.attacker.example:8765"}
+    async with http(app, base_url="http://127.0.0.1:8765") as h:
+        # A page that rebinds its own name to 127.0.0.1: its requests carry its Host.
+        for path in ["/", f"/chains/{chain.id}", "/static/live.js", f"/chains/{chain.id}?live=1"]:
+            refused = await h.get(path, headers=rebound)
+            assert refused.status_code == 400, path
+            assert "csrf" not in refused.text and chain.id not in refused.text
+        token = csrf_of((await h.get(f"/chains/{chain.id}")).text)
+        forged = await h.post(
+            f"/chains/{chain.id}/trigger",
+            data={"csrf": token},
+            headers={**rebound, "origin": "http://rebind.attacker.example:8765"},
+        )
+        assert forged.status_code == 400
+        # The right Host with the rebinding page's Origin: the Origin is checked against
+        # the allowed hosts, not against the request's own Host.
+        foreign = await h.post(
+            f"/chains/{chain.id}/trigger",
+            data={"csrf": token},
+            headers={"host": "127.0.0.1:8765", "origin": "http://rebind.attacker.example:8765"},
+        )
+        assert foreign.status_code == 403
+        assert (await client.get_chain(chain.id)).last_job.scheduled_at.timestamp() > time.time()
+        # Another allowed name of the same dashboard is its own origin.
+        done = await h.post(
+            f"/chains/{chain.id}/trigger",
+            data={"csrf": token},
+            headers={"host": "LOCALHOST:8765", "origin": "http://127.0.0.1:8765"},
+        )
+        assert done.status_code == 303
+        assert (await h.get("/", headers={"host": "127.0.0.1:9999"})).status_code == 400
+
+
+@pytest.mark.usefixtures("queue")  # the tables the dashboard reads
+async def test_the_standalone_dashboard_answers_only_for_the_address_it_is_bound_to(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "queuert_notify.cli", "dashboard"),
+        *("--database-url", f"sqlite:///{tmp_path}/jobs.db", "--table-prefix", "dash_"),
+        *("--port", str(port), "--allowed-host", "queue.internal.example"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert server.stdout is not None
+        line = await server.stdout.readline()
+        assert f"127.0.0.1:{port}" in line.decode(), line
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as h:
+            for _ in range(400):  # the line is printed just before uvicorn listens
+                with contextlib.suppress(httpx.ConnectError):
+                    await h.get("/static/live.js")
+                    break
+                await asyncio.sleep(0.05)
+            for host in [f"127.0.0.1:{port}", f"localhost:{port}", "queue.internal.example"]:
+                assert (await h.get("/", headers={"host": host})).status_code == 200, host
+            for host in [f"rebind.attacker.example:{port}", "localhost:1", "10.1.2.3"]:
+                assert (await h.get("/", headers={"host": host})).status_code == 400, host
+    finally:
+        server.terminate()
+        await server.wait()
+
+
 async def test_read_only_hides_and_refuses_every_action(queue: tuple) -> None:
     state, client = queue
     chain = await client.start_chain("email", {})
@@ -204,20 +278,56 @@ async def test_pause_and_resume_a_type_from_the_overview_and_see_its_limits(
         assert 'data-action="pause" data-type="email"' in page
         assert re.search(r'id="limits".*<td>email</td>\s*<td class="num">2</td>', page, re.S)
         token = csrf_of(page)
-        forged = await h.post("/types/email/pause", data={"csrf": "0" * 64})
+        forged = await h.post("/types/pause", data={"csrf": "0" * 64, "type_name": "email"})
         assert forged.status_code == 403 and await client.paused_types() == set()
 
-        done = await h.post("/types/email/pause", data={"csrf": token})
+        done = await h.post("/types/pause", data={"csrf": token, "type_name": "email"})
         assert done.status_code == 303 and "done=pause" in done.headers["location"]
         assert await client.paused_types() == {"email"}
         page = (await h.get(done.headers["location"])).text
         assert "Type email paused." in page
         assert 'data-action="resume" data-type="email"' in page
 
-        await h.post("/types/email/resume", data={"csrf": token})
+        await h.post("/types/resume", data={"csrf": token, "type_name": "email"})
         assert await client.paused_types() == set()
-        unknown = await h.post("/types/email/delete", data={"csrf": token})
+        unknown = await h.post("/types/delete", data={"csrf": token, "type_name": "email"})
         assert unknown.status_code == 404
+
+
+TYPE_NAMES = ["send/email", "q?x=1#frag", "pct%2Fenc", "100%", "..", "a b&c=d+e", "é/ü"]
+
+
+def type_form(page: str, type_name: str) -> tuple[str, dict[str, str]]:
+    """The action and fields of the form whose button acts on ``type_name``, as a
+    browser would submit it."""
+    for form in re.findall(r'<form method="post"[^>]*>.*?</form>', page, re.S):
+        button = re.search(r'data-type="([^"]*)"', form)
+        if button and html_unescape(button.group(1)) == type_name:
+            action = html_unescape(re.search(r'action="([^"]*)"', form).group(1))  # type: ignore[union-attr]
+            fields = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form)
+            return action, {name: html_unescape(value) for name, value in fields}
+    raise AssertionError(f"no form for type {type_name!r}")
+
+
+async def test_a_type_with_any_name_is_shown_and_paused_and_resumed_from_the_overview(
+    queue: tuple,
+) -> None:
+    state, client = queue
+    for type_name in TYPE_NAMES:
+        await client.start_chain(type_name, {})
+    async with http(create_app(state, client.notify)) as h:
+        for type_name in TYPE_NAMES:
+            overview = await h.get("/")
+            assert overview.status_code == 200, overview.text
+            action, fields = type_form(overview.text, type_name)
+            done = await h.post(action, data=fields)
+            assert done.status_code == 303, (type_name, action, done.text)
+            assert await client.paused_types() == {type_name}
+            page = (await h.get(done.headers["location"])).text
+            assert f"Type {html_escape(type_name)} paused." in page
+            action, fields = type_form(page, type_name)
+            assert (await h.post(action, data=fields)).status_code == 303
+            assert await client.paused_types() == set()
 
 
 async def test_read_only_hides_and_refuses_pausing_a_type(queue: tuple) -> None:
@@ -226,7 +336,7 @@ async def test_read_only_hides_and_refuses_pausing_a_type(queue: tuple) -> None:
     async with http(create_app(state, client.notify, read_only=True)) as h:
         page = (await h.get("/")).text
         assert "data-action" not in page and 'method="post"' not in page
-        response = await h.post("/types/email/pause", data={"csrf": "x"})
+        response = await h.post("/types/pause", data={"csrf": "x", "type_name": "email"})
     assert response.status_code == 403
     assert await client.paused_types() == set()
 

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify import Client, RedisNotifyAdapter, Worker
 from queuert_notify.client.client import CLOSE_FLUSH_LIMIT
+from queuert_notify.worker.shutdown import CANCEL_GRACE
 from state_adapters import SqlAlchemyStateAdapter
 from tests.support.services import OwnServer
 from tests.support.tcp_proxy import TcpProxy
@@ -91,3 +92,81 @@ async def test_start_chain_is_not_held_up_by_client_pause(
                 assert time.monotonic() < deadline, await state.count_jobs()
                 await asyncio.sleep(0.05)
     await admin.aclose()
+
+
+JOBS = 10
+
+
+async def _sleepy(job: Any, ctx: Any) -> None:
+    await asyncio.sleep(float(job.input.get("sleep", 0)))
+
+
+async def _wait_completed(state: SqlAlchemyStateAdapter, n: int, within: float) -> None:
+    deadline = time.monotonic() + within
+    while (await state.count_jobs()).get("completed", 0) < n:
+        assert time.monotonic() < deadline, await state.count_jobs()
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("wake", ["pubsub", "lists"])
+async def test_a_blackholed_redis_leaves_the_worker_at_its_polling_rate(
+    state: SqlAlchemyStateAdapter, private_redis: OwnServer, prefix: str, wake: str
+) -> None:
+    """Calls to a Redis that never answers (a wake hint, an acknowledgement, the first
+    listen for a job's ownership loss) cost the worker no more than its poll interval:
+    ten short jobs run within a few polls (they took ~21 s at poll_interval=2, each
+    handler start waiting for the Redis client to give up)."""
+    proxy = await TcpProxy.in_front_of(private_redis.url)
+    notify = RedisNotifyAdapter(url=proxy.url(private_redis.url), prefix=prefix, wake=wake)  # type: ignore[arg-type]
+    client = Client(state=state, notify=notify)
+    try:
+        await client.connect()
+        async with Worker(client, {"t": _sleepy}, poll_interval=2, concurrency=4):
+            proxy.mode = "blackhole"
+            for _ in range(JOBS):
+                await client.start_chain("t", {})
+            # A poll interval finds them; two more allow for a stalled machine.
+            await _wait_completed(state, JOBS, within=3 * 2 + 4)
+    finally:
+        proxy.mode = "forward"
+        await client.close()
+        await proxy.close()
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("wake", ["pubsub", "lists"])
+async def test_stop_keeps_its_drain_timeout_while_redis_is_blackholed(
+    state: SqlAlchemyStateAdapter, private_redis: OwnServer, prefix: str, wake: str
+) -> None:
+    """A worker stopping with a job that outlives ``drain_timeout`` while Redis hangs
+    returns after the drain timeout and the cancel grace, and the client's close after
+    its flush limit (lists mode took ~41 s, waiting on a CLIENT UNBLOCK)."""
+    proxy = await TcpProxy.in_front_of(private_redis.url)
+    notify = RedisNotifyAdapter(url=proxy.url(private_redis.url), prefix=prefix, wake=wake)  # type: ignore[arg-type]
+    client = Client(state=state, notify=notify)
+    drain = 1.0
+    try:
+        await client.connect()
+        worker = Worker(client, {"t": _sleepy}, poll_interval=0.5, drain_timeout=drain)
+        await worker.__aenter__()
+        await client.start_chain("t", {"sleep": 60})
+        await wait_until_running(state)
+        proxy.mode = "blackhole"
+        stopping = time.monotonic()
+        await worker.stop()
+        await client.close()
+        took = time.monotonic() - stopping
+        # drain + CANCEL_GRACE + CLOSE_FLUSH_LIMIT, and as much again for a slow machine.
+        assert took < 2 * (drain + CANCEL_GRACE + CLOSE_FLUSH_LIMIT), took
+    finally:
+        proxy.mode = "forward"
+        await client.close()
+        await proxy.close()
+
+
+async def wait_until_running(state: SqlAlchemyStateAdapter) -> None:
+    deadline = time.monotonic() + 20
+    while (await state.count_jobs()).get("running", 0) < 1:
+        assert time.monotonic() < deadline, await state.count_jobs()
+        await asyncio.sleep(0.05)

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from queuert_notify import ChainSpec, Client, RedisNotifyAdapter, Worker
+from queuert_notify import ChainSpec, Client, InProcessNotifyAdapter, RedisNotifyAdapter, Worker
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.outage_log import OutageLog
+from tests.support.queue_helpers import drop_tables, wait_until
 from tests.support.services import OwnServer
 
 
@@ -69,3 +71,47 @@ async def test_a_worker_whose_wake_budget_is_unreachable_warns_once_per_outage(
         if r.levelno >= logging.WARNING and "consume_wake_hint" in r.getMessage()
     ]
     assert 1 <= len(warned) <= 3, [r.getMessage() for r in warned]
+
+
+async def test_a_worker_whose_claims_keep_failing_logs_one_line_per_outage_and_one_when_it_ends(
+    postgres_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Claims wait at most 50 ms for a lock: while the test holds the jobs table, every
+    # pass of the worker's loop fails, at once and again and again.
+    engine = create_async_engine(postgres_url, connect_args={"options": "-c lock_timeout=50"})
+    state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+    await state.migrate()
+
+    def loop_records(level: int | None = None) -> list[logging.LogRecord]:
+        return [
+            r
+            for r in caplog.records
+            if r.name == "queuert_notify.worker.worker"
+            and level in (None, r.levelno)
+            and r.getMessage().startswith("worker loop")
+        ]
+
+    async def handler(job: Any, ctx: Any) -> None:
+        return None
+
+    try:
+        async with Client(state=state, notify=InProcessNotifyAdapter()) as client:
+            caplog.set_level(logging.DEBUG, logger="queuert_notify.worker")
+            async with Worker(client, handlers={"t": handler}, poll_interval=0.05):
+                async with create_async_engine(postgres_url).connect() as locker:
+                    await locker.execute(text(f"LOCK TABLE {prefix}_jobs IN ACCESS EXCLUSIVE MODE"))
+                    # Every failed pass is logged (at DEBUG): wait for a dozen of them.
+                    await wait_until(lambda: len(loop_records()) >= 12, timeout=60)
+                    await locker.rollback()
+                await wait_until(lambda: loop_records(logging.INFO), timeout=60)
+                chain = await client.start_chain("t")
+                assert (await client.await_chain(chain.id, timeout=30)).status == "completed"
+    finally:
+        await drop_tables(engine, f"{prefix}_")
+        await engine.dispose()
+    (warning,) = loop_records(logging.WARNING)
+    # One line that says what failed, no traceback (tracebacks are at DEBUG).
+    assert not warning.exc_info and "retrying" in warning.getMessage(), warning.getMessage()
+    assert "LockNotAvailable" in warning.getMessage(), warning.getMessage()
+    assert [r.getMessage() for r in loop_records(logging.INFO)] == ["worker loop works again"]
+    assert any(r.exc_info for r in loop_records(logging.DEBUG))

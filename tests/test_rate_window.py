@@ -4,6 +4,7 @@ recorded before it happened (Postgres's function and SQLite's statements alike).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -65,3 +66,29 @@ async def test_a_window_stored_as_json_null_counts_as_no_starts(
     async with engine.begin() as conn:
         await conn.execute(update(controls).values(recent_starts=JSON.NULL))
     assert len(await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=10)) == 2
+
+
+async def _limit_rate(state: Any, rate: int, per: float) -> None:
+    await state.set_limits(
+        "t", concurrency=None, key_concurrency=None, rate=rate, per_seconds=per,
+        notes=NotificationBuffer(),
+    )  # fmt: skip
+
+
+async def _claim(state: Any, limit: int) -> int:
+    return len(await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=limit))
+
+
+async def test_a_longer_per_counts_the_starts_the_shorter_window_forgot(state: Any) -> None:
+    """3 per 2 s, used in full twice, then 4 per 10 s: the new window holds the 6 starts
+    (the first 3 already dropped by the 2 s window), so no claim may start until they
+    leave it. Every window of the new ``per`` then holds at most the larger of the new
+    rate and what the old limits allowed in it (6 here, not 7)."""
+    await state.start_chains([NewChain(NewJob("t")) for _ in range(20)], notes=NotificationBuffer())
+    await _limit_rate(state, 3, 2.0)
+    assert await _claim(state, 10) == 3
+    # More than per + two steps: the first starts leave the stored window for good.
+    await asyncio.sleep(2.0 + 3 * 2.0 / RATE_STEPS)
+    assert await _claim(state, 10) == 3
+    await _limit_rate(state, 4, 10.0)
+    assert await _claim(state, 10) == 0

@@ -19,7 +19,7 @@ from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker.worker import Worker
-from state_adapters.protocol import StateAdapterBase
+from state_adapters.base import StateAdapterBase
 from tests.support.queue_helpers import STATE_KINDS, CountingState, job_events, wait_until
 
 pytest_plugins = ["tests.support.queue_fixtures"]

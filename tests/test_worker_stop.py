@@ -30,6 +30,7 @@ async def test_stop_lets_running_jobs_finish_and_claims_nothing_new(client: Clie
         await worker.stop()
         assert (await client.get_chain(running.id)).output == "finished"
     assert (await client.get_chain(waiting.id)).status == "pending"
+    assert worker.abandoned_jobs == 0
     assert other_tasks() == set()
 
 
@@ -53,6 +54,7 @@ async def test_stop_cancels_handlers_still_running_after_the_drain_timeout(
     # Still leased: it is retried by any worker once the lease expires.
     assert (await client.get_chain(chain.id)).status == "running"
     assert [e.kind for e in events] == ["started", "abandoned"]
+    assert worker.abandoned_jobs == 1
     assert other_tasks() == set()
 
 

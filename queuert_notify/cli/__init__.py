@@ -3,7 +3,7 @@ pausing and limiting job types.
 
 One module per command group -- ``demo``, ``worker``, ``migrate``, ``chains`` (and its
 ``logs``: ``chain_logs``), ``dashboard``, ``schedules``, ``prune``, ``types`` (pause,
-resume, limits) -- each
+resume, limits), ``health`` -- each
 registered on :func:`main` below; ``options`` holds the options several commands share,
 ``database`` opens the job database for a command, ``output`` prints. A new command is a
 module here and one ``main.add_command`` line. May import the whole package (commands
@@ -20,6 +20,7 @@ from queuert_notify.cli import (
     chains,
     dashboard,
     demo,
+    health,
     migrate,
     prune,
     schedules,
@@ -52,3 +53,4 @@ main.add_command(prune.prune_command)
 main.add_command(types.pause)
 main.add_command(types.resume)
 main.add_command(types.limits)
+main.add_command(health.health_command)

@@ -2,13 +2,16 @@
 
 It binds 127.0.0.1 unless told otherwise, and any other address requires ``--token``:
 the dashboard shows every job's input and can cancel chains, so it is never reachable
-from the network without a secret.
+from the network without a secret. It answers only requests for the address it is bound
+to (and, on loopback, ``localhost``) plus the ``--allowed-host`` names, so a web page
+that rebinds its own name to that address cannot use it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Sequence
 
 import click
 
@@ -20,6 +23,29 @@ from queuert_notify.errors import ConfigurationError
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "QUEUERT_DASHBOARD_TOKEN"
+
+
+def allowed_hosts(host: str, port: int, extra: Sequence[str]) -> list[str] | None:
+    """The ``Host`` values a dashboard bound to ``host``:``port`` answers: that address
+    and, on loopback, each loopback name, with the port; plus ``extra``. A wildcard
+    bind (``0.0.0.0``, ``::``; a token is required there) answers any unless ``extra``
+    names some."""
+    names = {"localhost", "127.0.0.1", "[::1]"} if is_loopback(host) else set()
+    if _is_wildcard(host):
+        if not extra:
+            return None
+    else:
+        names.add(f"[{host.strip('[]')}]" if ":" in host else host)
+    with_port = {f"{name}:{port}" for name in names}
+    # Browsers leave the default port out of the Host header.
+    return [*sorted(with_port | (names if port == 80 else set())), *extra]
+
+
+def _is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
 
 
 def is_loopback(host: str) -> bool:
@@ -53,6 +79,15 @@ def is_loopback(host: str) -> bool:
     help=f"Secret every request must carry (or ${TOKEN_ENV}); required with a --host "
     "other than a loopback address.",
 )
+@click.option(
+    "--allowed-host",
+    "extra_hosts",
+    multiple=True,
+    metavar="NAME[:PORT]",
+    help="Also answer requests for this host name (repeatable), e.g. the name a reverse "
+    "proxy forwards; without a port, on any port. Requests for other names get 400 "
+    "[default: the bound address, and localhost on loopback, with --port].",
+)
 @click.option("--read-only", is_flag=True, help="Show the queue; hide and refuse actions.")
 def dashboard(
     database_url: str,
@@ -62,6 +97,7 @@ def dashboard(
     host: str,
     port: int,
     token: str | None,
+    extra_hosts: tuple[str, ...],
     read_only: bool,
 ) -> None:
     """Serve the web dashboard (overview, chains, actions, live updates)."""
@@ -79,7 +115,12 @@ def dashboard(
             f"the dashboard needs the 'dashboard' extra ({exc}): "
             "pip install 'queuert-notify[dashboard]'"
         ) from None
-    run(_serve(database_url, table_prefix, redis_url, redis_prefix, host, port, token, read_only))
+    hosts = allowed_hosts(host, port, extra_hosts)
+    run(
+        _serve(
+            database_url, table_prefix, redis_url, redis_prefix, host, port, token, hosts, read_only
+        )
+    )
 
 
 async def _serve(
@@ -90,6 +131,7 @@ async def _serve(
     host: str,
     port: int,
     token: str | None,
+    hosts: list[str] | None,
     read_only: bool,
 ) -> None:
     import uvicorn
@@ -112,7 +154,7 @@ async def _serve(
                 click.echo(f"warning: {exc}; pages re-read every 15 s instead", err=True)
                 await notify.close()
                 notify = None
-        app = create_app(state, notify, read_only=read_only, token=token)
+        app = create_app(state, notify, read_only=read_only, token=token, allowed_hosts=hosts)
         config = uvicorn.Config(
             app,
             host=host,

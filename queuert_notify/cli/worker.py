@@ -9,13 +9,18 @@ import inspect
 import logging
 import os
 import sys
+import traceback
 from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from queuert_notify.cli.output import console, run
 from queuert_notify.observe import log_format as logs
-from queuert_notify.worker.supervisor import EXIT_DO_NOT_RESTART
+from queuert_notify.worker.supervisor import (
+    EXIT_DO_NOT_RESTART,
+    EXIT_JOBS_ABANDONED,
+    run_supervised,
+)
 
 if TYPE_CHECKING:
     from queuert_notify.worker.worker import Worker
@@ -55,9 +60,9 @@ def worker_command(
     if processes > 1 and not supervised:
         sys.exit(_supervise(context, target, log_format, processes))
     try:
-        run(_run_worker(target))
+        run(_run_worker(target, supervised=supervised))
     except click.ClickException as exc:
-        if not supervised or isinstance(exc, click.UsageError):
+        if not supervised or isinstance(exc, click.UsageError | _JobsAbandonedError):
             raise
         # The supervisor must not restart a worker into the same one-line error.
         raise _DoNotRestartError(exc.message) from None
@@ -65,6 +70,10 @@ def worker_command(
 
 class _DoNotRestartError(click.ClickException):
     exit_code = EXIT_DO_NOT_RESTART
+
+
+class _JobsAbandonedError(click.ClickException):
+    exit_code = EXIT_JOBS_ABANDONED
 
 
 def _supervise(
@@ -93,7 +102,7 @@ def _supervise(
     return asyncio.run(Supervisor(command, processes).run())
 
 
-async def _run_worker(target: str) -> None:
+async def _run_worker(target: str, *, supervised: bool) -> None:
     worker = await load_worker(target)
     engine = getattr(worker.client.state, "engine", None)
     try:
@@ -103,12 +112,20 @@ async def _run_worker(target: str) -> None:
                 f"(concurrency {worker.concurrency}, {worker.mode} mode)",
                 highlight=False,
             )
-            await worker.run()
+            if supervised:
+                await run_supervised(worker)
+            else:
+                await worker.run()
     finally:
         # The process ends here: release the pool (an undisposed aiosqlite engine keeps
         # a non-daemon thread alive and the process with it).
         if engine is not None:
             await engine.dispose()
+    if worker.abandoned_jobs:
+        raise _JobsAbandonedError(
+            f"stopped with {worker.abandoned_jobs} running jobs unfinished; they run again "
+            "once their leases expire"
+        )
 
 
 async def load_worker(target: str) -> Worker:
@@ -144,7 +161,19 @@ def _import_target(target: str) -> object:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.UsageError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:
+        # The user's module raised while it was imported (a missing setting, a bug): one
+        # line naming the error and where it was raised, in every process alike.
+        raise click.ClickException(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}{_raised_at(exc)}"
+        ) from None
     try:
         return getattr(module, attr)
     except AttributeError:
         raise click.UsageError(f"module {module_name!r} has no attribute {attr!r}") from None
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` (file:line)`` of the innermost frame ``exc`` was raised in."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""

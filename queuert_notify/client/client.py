@@ -59,6 +59,8 @@ chain-completed notification costs at most this much latency."""
 
 CLOSE_FLUSH_LIMIT = 5.0
 """Seconds ``Client.close()`` waits for owed notifications to be sent."""
+CONNECT_LIMIT = 5.0
+"""Seconds ``Client.connect()`` waits for the notify adapter to connect."""
 
 
 class Client(QueueOperations):
@@ -97,18 +99,32 @@ class Client(QueueOperations):
         await self.close()
 
     async def connect(self) -> None:
-        """Connect the notify adapter (idempotent); an unreachable server is logged, or
-        raised as ``ConfigurationError`` with ``require_notify=True``."""
+        """Connect the notify adapter (idempotent), waiting at most
+        :data:`CONNECT_LIMIT` seconds. An adapter that cannot connect (a server down,
+        any other error, no answer in time) is logged and the client works without
+        notifications; with ``require_notify=True`` it raises ``ConfigurationError``. A
+        closed adapter always raises."""
         try:
-            await self.notify.connect()
-        except ConfigurationError as exc:
-            if self.require_notify:
+            async with asyncio.timeout(CONNECT_LIMIT):
+                await self.notify.connect()
+        except (NotifyAdapterClosedError, ConfigurationError) as exc:
+            if isinstance(exc, NotifyAdapterClosedError) or self.require_notify:
                 raise
-            logger.warning(
-                "notify adapter unreachable; working without notifications (workers poll) "
-                "until it answers: %s",
-                exc,
-            )
+            self._log_unreachable(exc)
+        except Exception as exc:
+            if self.require_notify:
+                raise ConfigurationError(
+                    f"the notify adapter did not connect: {exc!r} (require_notify=True)"
+                ) from exc
+            self._log_unreachable(exc)
+
+    @staticmethod
+    def _log_unreachable(exc: Exception) -> None:
+        logger.warning(
+            "notify adapter unreachable; working without notifications (workers poll) "
+            "until it answers: %s",
+            exc if str(exc) else repr(exc),
+        )
 
     async def close(self) -> None:
         """Publish what committed transactions still owe (waiting at most

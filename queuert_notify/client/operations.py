@@ -1,6 +1,6 @@
 """Operating the queue from a client: retention on demand, pausing and resuming a job
-type, and the limits every worker holds (:class:`~queuert_notify.Client` has these
-methods; see docs/operations.md)."""
+type, the limits every worker holds, and the health report
+(:class:`~queuert_notify.Client` has these methods; see docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from queuert_notify.errors import InvalidInputError
 from queuert_notify.maintenance.prune_pacing import PrunePacing
+from state_adapters.health import HealthReport, HealthThresholds
 from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, TypeLimits
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.validation import check_positive_int
@@ -124,3 +125,16 @@ class QueueOperations:
                 notes=notes,
             ),
         )
+
+    async def health(
+        self: _ClientCalls, *, thresholds: HealthThresholds | None = None
+    ) -> HealthReport:
+        """The queue's health as its database sees it: dead row versions and vacuum of
+        the queue's tables, the transactions, prepared transactions and replication slots
+        holding back the xmin horizon (Postgres), the WAL (SQLite), the due backlog and
+        leases that ran out. Each finding has a severity (``ok``, ``warning``,
+        ``critical``), what it means for the queue and what to do; ``report.severity`` is
+        the worst. ``thresholds`` sets when a reading becomes a finding (by default a
+        transaction is one from 60 s on). Reads only; a few milliseconds whatever the
+        table's size."""
+        return await self._retried(None, lambda: self.state.health(thresholds=thresholds))

@@ -16,6 +16,7 @@ from queuert_notify.client.sync_announcers import announcer_for
 from queuert_notify.errors import InvalidInputError, WaitChainTimeoutError
 from queuert_notify.observe import instrumentation
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
+from state_adapters.health import HealthReport, HealthThresholds
 from state_adapters.model import (
     FINAL_STATUSES,
     ChainRecord,
@@ -191,4 +192,11 @@ class SyncClient:
             session,
             self._announcer,
             lambda state, conn, notes: state.retry_chain(chain_id, notes=notes, session=conn),
+        )
+
+    def health(self, *, thresholds: HealthThresholds | None = None) -> HealthReport:
+        """The queue's health (see :meth:`Client.health`), on a connection of the
+        engine's pool."""
+        return self._state.read(
+            None, lambda state, conn, _: state.health(thresholds=thresholds, session=conn)
         )

@@ -11,7 +11,7 @@ now) are POSTs checked by :class:`~queuert_notify.dashboard.security.Csrf` and g
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
@@ -30,7 +30,7 @@ from starlette.types import ASGIApp
 from queuert_notify.client.client import Client
 from queuert_notify.dashboard.live import live_events
 from queuert_notify.dashboard.pages import Pages, View, Watch
-from queuert_notify.dashboard.security import CSRF_FIELD, Csrf, TokenGate
+from queuert_notify.dashboard.security import CSRF_FIELD, AllowedHosts, Csrf, HostGate, TokenGate
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter
 from state_adapters.errors import ChainNotFoundError, InvalidInputError
@@ -43,6 +43,8 @@ ACTIONS = {"cancel": "cancelled", "retry": "retried", "trigger": "made due now"}
 """Chain actions by URL name, and what the notice after each says was done."""
 TYPE_ACTIONS = {"pause": "paused", "resume": "resumed"}
 """Job-type actions by URL name, and what the notice after each says was done."""
+TYPE_FIELD = "type_name"
+"""The form field naming the job type a type action acts on."""
 
 SECURITY_HEADERS = {
     # The page's own script and stylesheet only: even a value that escaped escaping
@@ -63,6 +65,7 @@ def create_app(
     *,
     read_only: bool = False,
     token: str | None = None,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> ASGIApp:
     """The dashboard as an ASGI app, to mount in your own (``Mount("/queue", app)``) or
     serve with ``queuert-notify dashboard``.
@@ -73,10 +76,18 @@ def create_app(
     15 seconds and workers find retried or triggered jobs at their next poll.
     ``read_only``: hide and refuse every action. ``token``: require this secret on
     every request (``Authorization: Bearer``, or open any page once with
-    ``?token=...``, which sets a cookie).
+    ``?token=...``, which sets a cookie). ``allowed_hosts``: the names the dashboard is
+    reached by (``name:port``, or ``name`` for any port); a request for another
+    ``Host`` gets 400 and an action from another origin 403 — what defeats DNS
+    rebinding of a dashboard without a token. ``None``: every ``Host`` is served (your
+    application checks it), and actions must come from the request's own host.
     """
-    dashboard = Dashboard(state, notify, read_only=read_only, csrf=Csrf.for_token(token))
-    middleware = [] if token is None else [Middleware(TokenGate, token=token)]
+    hosts = None if allowed_hosts is None else AllowedHosts(allowed_hosts)
+    csrf = Csrf.for_token(token, hosts)
+    dashboard = Dashboard(state, notify, read_only=read_only, csrf=csrf)
+    middleware = [] if hosts is None else [Middleware(HostGate, hosts=hosts)]
+    if token is not None:
+        middleware.append(Middleware(TokenGate, token=token))
     return Starlette(routes=dashboard.routes(), middleware=middleware)
 
 
@@ -106,11 +117,12 @@ class Dashboard:
         return [
             Route("/", self.overview, name="overview"),
             Route("/chains", self.chains, name="chains"),
+            Route("/health", self.health, name="health"),
             Route("/chains/{chain_id}", self.chain, name="chain"),
             Route("/chains/{chain_id}/{action}", self.act, methods=["POST"], name="act"),
-            Route(
-                "/types/{type_name}/{action}", self.act_on_type, methods=["POST"], name="type_act"
-            ),
+            # The type name travels in the form, not the path: any name the queue
+            # accepts ("send/email", "q?x#y", "..") stays one value there.
+            Route("/types/{action}", self.act_on_type, methods=["POST"], name="type_act"),
             Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
         ]
 
@@ -122,6 +134,10 @@ class Dashboard:
     async def chains(self, request: Request) -> Response:
         params = dict(request.query_params)
         return await self._page(request, lambda: self.pages.chains(params))
+
+    async def health(self, request: Request) -> Response:
+        params = dict(request.query_params)
+        return await self._page(request, lambda: self.pages.health(params))
 
     async def chain(self, request: Request) -> Response:
         chain_id = request.path_params["chain_id"]
@@ -135,6 +151,7 @@ class Dashboard:
             "read_only": self.read_only,
             "csrf_field": CSRF_FIELD,
             "csrf": self.csrf.token(nonce),
+            "type_field": TYPE_FIELD,
             "live_mode": "notify" if self.notify is not None else "refresh",
             "url": lambda name, **params: _url(request, name, **params),
             "notice": _notice(request.query_params),
@@ -196,11 +213,11 @@ class Dashboard:
 
     async def act_on_type(self, request: Request) -> Response:
         """Pause or resume a job type, then back to the overview with a notice."""
-        type_name = request.path_params["type_name"]
         action = request.path_params["action"]
         refused = await self._refused(request, action, TYPE_ACTIONS)
         if refused is not None:
             return refused
+        type_name = (await self._form(request)).get(TYPE_FIELD, "")
         try:
             if action == "pause":
                 await self.client.pause_type(type_name)
@@ -221,12 +238,17 @@ class Dashboard:
             return self._refuse(request, 403, "this dashboard is read-only")
         if action not in actions:
             return self._refuse(request, 404, f"no action {action!r}")
-        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
-        if not self.csrf.check(request, form):
+        if not self.csrf.check(request, await self._form(request)):
             return self._refuse(
                 request, 403, "the form's CSRF token is missing or stale: reload the page"
             )
         return None
+
+    @staticmethod
+    async def _form(request: Request) -> dict[str, str]:
+        """The fields of a POSTed form (values kept exactly, blanks too)."""
+        body = (await request.body()).decode("utf-8", "replace")
+        return dict(parse_qsl(body, keep_blank_values=True))
 
     def _refuse(self, request: Request, status: int, message: str) -> Response:
         html = self.templates.get_template("error.html").render(

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from state_adapters.errors import ChainNotFoundError, InvalidInputError
+from state_adapters.health import DEFAULT_HORIZON_AGE, HealthThresholds, duration, size
 from state_adapters.model import (
     ALL_STATUSES,
     FINAL_STATUSES,
@@ -175,6 +176,32 @@ class Pages:
             running=last.status == "running",
         )
         return View("chain.html", context, watch)
+
+    async def health(self, params: Mapping[str, str]) -> View:
+        """The health report (see ``Client.health``): findings, what holds back vacuum,
+        the queue tables; re-read on the page's refresh. ``?horizon_age=`` (seconds) sets
+        the age from which a transaction is a finding."""
+        thresholds = HealthThresholds(horizon_age=_seconds(params.get("horizon_age")))
+        report = await self.state.health(thresholds=thresholds)
+        context = {
+            "report": report,
+            "duration": duration,
+            "size": size,
+            "horizon_age": thresholds.horizon_age,
+        }
+        return View("health.html", context)
+
+
+def _seconds(text: str | None) -> float:
+    if not text:
+        return DEFAULT_HORIZON_AGE
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise InvalidInputError(f"horizon_age must be a number of seconds >= 0, got {text!r}")
+    return seconds
 
 
 def _types(type_name: str | None) -> set[str]:

@@ -5,7 +5,8 @@ to take each tick, and the state adapter lets exactly one of them take it, recor
 the tick and starting its chain in one transaction (see
 :mod:`state_adapters.steps.schedule_ticks`). A schedule's last tick only moves forward, so
 after downtime the latest missed tick runs once (not one run per missed tick), and a
-worker whose clock lags never runs a tick again. A schedule removed from the code is
+worker whose clock lags never runs a tick again. Ticks fall due on the database's clock,
+not the worker's. A schedule removed from the code is
 no longer fired by anyone; its row stays, unused.
 """
 
@@ -206,13 +207,19 @@ class Scheduler:
         self._outage = OutageLog(logger, "starting scheduled chains")
 
     async def run(self) -> None:
-        """Fire ticks until cancelled."""
+        """Fire ticks until cancelled. What is due is decided on the database's clock
+        (``state.database_time()``, read once per pass), so a worker whose clock runs
+        ahead takes no tick early, and one whose clock lags holds none back; only the
+        length of a sleep is measured on this process's clock."""
+        loop = asyncio.get_running_loop()
         while True:
             try:
+                now = await self._client.state.database_time()
+                read_at = loop.time()
                 if not self._registered:
-                    await self._register()
+                    await self._register(now)
                 for schedule in self._schedules:
-                    await self._fire_due(schedule, datetime.now(UTC))
+                    await self._fire_due(schedule, now)
             except ConfigurationError:
                 delay = _RETRY  # the worker's loop stops the worker with this error
             except Exception:
@@ -220,14 +227,13 @@ class Scheduler:
                 delay = _RETRY * random.uniform(0.5, 1.5)
             else:
                 self._outage.succeeded()
-                delay = self._until_next_tick(datetime.now(UTC))
+                delay = max(self._until_next_tick(now) - (loop.time() - read_at), 0.001)
             await asyncio.sleep(delay)
 
-    async def _register(self) -> None:
+    async def _register(self, now: datetime) -> None:
         state = self._client.state
         names = [s.name for s in self._schedules]
         known = await state.schedule_ticks(names)
-        now = datetime.now(UTC)
         for schedule in self._schedules:
             if schedule.name not in known:
                 tick = schedule.latest_tick(now)

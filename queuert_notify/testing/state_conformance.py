@@ -26,6 +26,7 @@ from queuert_notify.testing.state_cases.blockers import BlockersCases
 from queuert_notify.testing.state_cases.completing import CompletingCases
 from queuert_notify.testing.state_cases.controls import ControlsCases
 from queuert_notify.testing.state_cases.deduplication import DeduplicationCases
+from queuert_notify.testing.state_cases.health import HealthCases
 from queuert_notify.testing.state_cases.inspecting import InspectingCases
 from queuert_notify.testing.state_cases.leases import LeasesCases
 from queuert_notify.testing.state_cases.listing import ListingCases
@@ -55,6 +56,7 @@ class StateAdapterConformance(
     PruningCases,
     ScheduleCases,
     ControlsCases,
+    HealthCases,
 ):
     """Behaviour every state adapter must show; see the module docstring. Each base class
     holds the cases of one area (queuert_notify/testing/state_cases/)."""

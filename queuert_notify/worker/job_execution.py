@@ -4,6 +4,7 @@ lost lease), and its outcome written. The per-job part of the worker; the loop
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import suppress
 from typing import Any
 
@@ -17,7 +18,8 @@ from queuert_notify.worker.job_outcome import OutcomeWriter
 from queuert_notify.worker.job_run import JobRun
 from queuert_notify.worker.lease_keeper import LeaseKeeper
 from queuert_notify.worker.settings import WorkerSettings
-from queuert_notify.worker.wake_subscriptions import WakeSubscriptions
+from queuert_notify.worker.wake.bounds import CALL_LIMIT
+from queuert_notify.worker.wake.subscriptions import WakeSubscriptions
 from state_adapters.model import JobLogLine
 
 
@@ -101,7 +103,8 @@ class JobExecution:
                 await ctx.transaction.close()
             if unsubscribe is not None:
                 with suppress(Exception):
-                    await unsubscribe()
+                    async with asyncio.timeout(CALL_LIMIT):
+                        await unsubscribe()
             # However the run ended, its lines are written (with its outcome if any), once
             # the handler's transaction is closed (on SQLite it may hold the write lock).
             await self._logs.write(unwritten + self._logs.close_attempt(log))

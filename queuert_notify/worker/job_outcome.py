@@ -17,6 +17,7 @@ from queuert_notify.jobs import Job, JobContext
 from queuert_notify.observe.instrumentation import RunOutcome
 from queuert_notify.worker.completion_batcher import CompletionBatcher
 from queuert_notify.worker.job_run import HandlerTimeout, JobRun
+from queuert_notify.worker.settings import WorkerSettings
 from state_adapters import validation
 from state_adapters.model import Completion, JobLogLine
 from state_adapters.notifications import NotificationBuffer
@@ -51,19 +52,17 @@ class OutcomeWriter:
         emit: Emit,
         release_slot: Callable[[JobRun], None],
         continued: Callable[[str], None],
-        retry_backoff: Callable[[int], float] | None,
-        worker_id: str,
-        logs: JobLogWriter,
+        settings: WorkerSettings,
     ) -> None:
         self._client = client
-        self.logs = logs
+        self.logs = JobLogWriter(client.state, settings)
         """Writes the log lines of this worker's attempts."""
         self._batcher = batcher
         self._emit = emit
         self._release_slot = release_slot
         self._continued = continued
-        self._retry_backoff = retry_backoff
-        self._worker_id = worker_id
+        self._retry_backoff = settings.retry_backoff
+        self._worker_id = settings.worker_id
 
     async def finish(
         self,

@@ -23,6 +23,8 @@ class Slots:
         self.concurrency = concurrency
         self._runs: dict[str, JobRun] = {}
         self._busy = 0  # runs whose handler has not finished
+        self.abandoned = 0
+        """Runs given up on by :meth:`abandon_all` before they ended."""
 
     def free(self) -> int:
         """Handlers that may start now."""
@@ -68,4 +70,7 @@ class Slots:
     def abandon_all(self, reason: str) -> None:
         """The worker stops: every run keeps its lease until it expires, then runs again."""
         for run in list(self._runs.values()):
+            # An ended run waits only for its done callback to remove it.
+            if not run.abandoned and (run.task is None or not run.task.done()):
+                self.abandoned += 1
             run.abandon(reason)

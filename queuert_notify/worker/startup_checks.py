@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from datetime import UTC, datetime
 
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.worker.settings import WorkerSettings
@@ -10,6 +12,8 @@ from state_adapters.protocol import StateAdapter
 
 logger = logging.getLogger(__name__)
 
+CLOCK_SKEW_WARNING = 1.0
+"""Seconds this machine's clock may differ from the database's before a warning."""
 _NO_SUCH_JOB = "0" * 32
 """A job id no job has (ids begin with their creation time)."""
 
@@ -49,4 +53,30 @@ def check_pool_size(state: StateAdapter, settings: WorkerSettings) -> None:
             wanted,
             wanted,
             extra={"worker_id": settings.worker_id},
+        )
+
+
+async def check_clock(state: StateAdapter, *, worker_id: str) -> None:
+    """Warn once when this machine's clock differs from the database's by more than
+    :data:`CLOCK_SKEW_WARNING` seconds (plus half the round trip that read it).
+    Schedules and lease expiry are judged on the database's clock, but the leases this
+    worker sets and the due times it waits for are measured from its own. A database
+    that does not answer is left to the loop."""
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    local = datetime.now(UTC)
+    try:
+        remote = await state.database_time()
+    except Exception:
+        return
+    half_trip = (loop.time() - sent) / 2
+    skew = (remote - local).total_seconds() - half_trip
+    if abs(skew) > CLOCK_SKEW_WARNING + half_trip:
+        logger.warning(
+            "this machine's clock is %.1fs %s the database's; schedules and lease expiry "
+            "follow the database's clock, but this worker's leases and due times follow "
+            "its own: synchronise the clock (NTP)",
+            abs(skew),
+            "behind" if skew > 0 else "ahead of",
+            extra={"worker_id": worker_id, "clock_skew": -skew},
         )

@@ -18,8 +18,6 @@ from datetime import timedelta
 from queuert_notify.client.client import CLOSE_FLUSH_LIMIT, Client
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.events import EventEmitter, WorkerEvent
-from queuert_notify.job_logs.attempt_log import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES
-from queuert_notify.job_logs.writer import JobLogWriter
 from queuert_notify.jobs import Handler, HandlerRegistry, Job
 from queuert_notify.maintenance.schedules import Schedule
 from queuert_notify.maintenance.services import MaintenanceServices
@@ -33,12 +31,13 @@ from queuert_notify.worker.loop_watchdog import LoopWatchdog, warn_blocked
 from queuert_notify.worker.settings import WorkerMode, WorkerSettings
 from queuert_notify.worker.shutdown import Shutdown, settle, stop_signals
 from queuert_notify.worker.slots import Slots
-from queuert_notify.worker.startup_checks import check_pool_size, check_tables
-from queuert_notify.worker.wake_policy import WakePolicy
-from queuert_notify.worker.wake_subscriptions import WakeSubscriptions
+from queuert_notify.worker.startup_checks import check_clock, check_pool_size, check_tables
+from queuert_notify.worker.wake.policy import WakePolicy
+from queuert_notify.worker.wake.subscriptions import WakeSubscriptions
 from state_adapters.backoff import Backoff
 from state_adapters.model import JobRecord
 from state_adapters.notifications import wait_for_notifications
+from state_adapters.outage_log import OutageLog
 
 __all__ = ["Worker", "WorkerMode", "WorkerSettings"]
 
@@ -96,8 +95,8 @@ class Worker:
         loop_lag_threshold: float | None = 0.5,
         schedules: Sequence[Schedule] = (),
         retention: timedelta | None = None,
-        job_log_lines: int = DEFAULT_MAX_LINES,
-        job_log_bytes: int = DEFAULT_MAX_BYTES,
+        job_log_lines: int = 1000,
+        job_log_bytes: int = 256 * 1024,
     ) -> None:
         """
         ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter``
@@ -111,8 +110,7 @@ class Worker:
         be blocked before a warning names the running jobs (``None``: no watchdog);
         ``schedules``: :class:`Schedule` s whose chains this worker starts, one per tick
         across all workers; ``retention``: delete chains that finished longer ago than
-        this (``None``: keep them) -- see docs/operations.md; ``job_log_lines``,
-        ``job_log_bytes``: the ``ctx.log`` lines kept per attempt (docs/workers.md).
+        this (``None``: keep them) -- docs/operations.md; ``job_log_*``: docs/workers.md.
         Checked here (see :class:`WorkerSettings`): a bad value raises InvalidInputError.
         """
         settings = WorkerSettings(
@@ -228,6 +226,12 @@ class Worker:
         if self._run_task is not None:
             await asyncio.gather(self._run_task, return_exceptions=True)
 
+    @property
+    def abandoned_jobs(self) -> int:
+        """Running jobs this worker gave up on when it stopped (the drain timeout passed,
+        a forced stop): each runs again once its lease expires. 0 after a full drain."""
+        return self._slots.abandoned
+
     def _called_from_inside(self) -> bool:
         current = asyncio.current_task()
         return current is self._run_task or current in self._slots.tasks()
@@ -253,9 +257,7 @@ class Worker:
             emit=self._emit,
             release_slot=self._release_slot,
             continued=self._continued,
-            retry_backoff=self.retry_backoff,
-            worker_id=self.worker_id,
-            logs=JobLogWriter(self.client.state, self.settings),
+            settings=self.settings,
         )
         self._execution = JobExecution(
             self.client,
@@ -271,6 +273,7 @@ class Worker:
                 await self.client.connect()
                 check_pool_size(self.client.state, self.settings)
                 await check_tables(self.client.state)
+                await check_clock(self.client.state, worker_id=self.worker_id)
                 # Claims and completions on connections kept out of the pool while the
                 # worker runs (when the adapter keeps any).
                 await held.enter_async_context(self.client.state.holding_connections())
@@ -411,23 +414,22 @@ class Worker:
         timer). A failed pass is retried after a backoff; a ConfigurationError (the
         tables are gone) stops the worker."""
         errors = Backoff(_ERROR_BACKOFF_FIRST, _ERROR_BACKOFF_MAX)
+        # An outage (a database restarting, backends terminated) fails pass after pass:
+        # one line when it starts, one a minute while it lasts, one when it ends.
+        failures = OutageLog(logger, "worker loop", interval=60.0, tracebacks=False)
         while not self._shutdown.requested:
             # Cleared before claiming, so a reason arriving meanwhile is kept.
             self._wake.clear()
             try:
                 sleep = await self._claim_and_start()
                 errors.reset()
+                failures.succeeded()
             except ConfigurationError as exc:
                 logger.error("worker stopped: %s", exc, extra={"worker_id": self.worker_id})
                 raise
             except Exception:
                 sleep = min(errors.next(), self.poll_interval)
-                logger.warning(
-                    "worker loop failed; retrying in %.1fs",
-                    sleep,
-                    exc_info=True,
-                    extra={"worker_id": self.worker_id},
-                )
+                failures.failed(f"retrying in {sleep:.1f}s", worker_id=self.worker_id)
             if self._shutdown.requested:
                 break
             if sleep is None:

@@ -28,7 +28,7 @@ SCRIPT_LOCATION = "state_adapters:migrations"
 TABLES_REVISION = "0006"
 """The newest revision that changed the tables (keep it so): adopted tables that match
 the newest schema are stamped with it, then the later revisions run (0007: the
-Postgres function of limited claims)."""
+Postgres function of limited claims; 0008: the tables' autovacuum settings)."""
 
 
 def config_for(connection: Connection, tables: Tables) -> Config:

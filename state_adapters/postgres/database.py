@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement, TextClause
 
+from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.model import JobRecord
 from state_adapters.postgres.statements import (
     NEEDS_TRANSACTION,
@@ -84,6 +85,9 @@ class PostgresSql:
 
     def minute_of(self, instant: ColumnElement[Any]) -> ColumnElement[Any]:
         return type_coerce(func.date_trunc("minute", instant), instant.type)
+
+    def clock(self, given: ColumnElement[Any]) -> ColumnElement[Any]:
+        return type_coerce(func.now(), given.type)
 
 
 class Postgres:
@@ -168,6 +172,12 @@ class Postgres:
     async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
         query = self._own.insert_first_jobs(job_rows)
         await self.compiled(query.statement).rows(conn, query.params)
+
+    async def storage_health(self, conn: Any, limits: HealthThresholds) -> StorageHealth:
+        """Dead rows, the xmin horizon, vacuums (:mod:`state_adapters.postgres.health`)."""
+        from state_adapters.postgres import health
+
+        return await health.read(conn, self.sql.tables, limits)
 
     async def prune_batch(
         self, conn: AsyncConnection, finished_before: datetime, batch_size: int

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement, TextClause, UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
+from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.model import JobRecord
 from state_adapters.schema import Tables, UtcDateTime
 from state_adapters.sqlite.connections import READ_ONLY, SqliteSynchronous, configure_engine
@@ -95,6 +96,9 @@ class SqliteSql:
     def minute_of(self, instant: ColumnElement[Any]) -> ColumnElement[Any]:
         return type_coerce(func.strftime("%Y-%m-%d %H:%M:00", instant), instant.type)
 
+    def clock(self, given: ColumnElement[Any]) -> ColumnElement[Any]:
+        return given
+
 
 class Sqlite:
     """The adapter on SQLite: one writer at a time (``BEGIN IMMEDIATE``), readers in
@@ -123,6 +127,12 @@ class Sqlite:
         self._tables = tables
         self._job_columns = job_columns(tables)
         self._pruning = PruningStatements(tables, dialect)
+
+    async def storage_health(self, conn: Any, limits: HealthThresholds) -> StorageHealth:
+        """The WAL and the pages (:mod:`state_adapters.sqlite.health`)."""
+        from state_adapters.sqlite import health
+
+        return await health.read(conn, limits)
 
     async def prune_batch(
         self, conn: AsyncConnection, finished_before: datetime, batch_size: int

@@ -100,6 +100,13 @@ class SqlDialect(Protocol):
         (Postgres ``date_trunc``, SQLite ``strftime`` on the stored UTC text)."""
         ...
 
+    def clock(self, given: ColumnElement[Any]) -> ColumnElement[Any]:
+        """The current instant on the database's clock, for a term that judges time
+        every worker shares (lease expiry): Postgres ``now()``, the server's clock,
+        whatever the workers' clocks say. SQLite runs inside the worker's process, so
+        its clock is that process's: ``given``, the instant the caller bound."""
+        ...
+
     def share_lock(self, select: Select[Any]) -> Select[Any]:
         """Lock rows against concurrent updates until commit (Postgres ``FOR SHARE``)."""
         ...

@@ -43,6 +43,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from state_adapters.model import JobRecord
 from state_adapters.schema import Tables, UtcDateTime, json_type
+from state_adapters.statements.claims import best_due
 from state_adapters.statements.controlled_types import controlled
 from state_adapters.statements.dialect import SqlDialect
 
@@ -237,24 +238,11 @@ class Statements:
 
         The limit and the statuses are written into the SQL, not bound: a worker
         sends a handful of these shapes, and Postgres can then plan each once (a
-        generic plan of a bound status cannot use the index of pending jobs)."""
+        generic plan of a bound status cannot use the index of pending jobs). Which
+        jobs it takes: :func:`~state_adapters.statements.claims.best_due`."""
         jobs = self.tables.jobs
+        best = best_due(self.tables, self.dialect, type_count, limit)
         pending: ColumnElement[str] = literal_column("'pending'")
-        best = (
-            select(jobs.c.id)
-            .where(
-                jobs.c.status == pending,
-                jobs.c.type_name.in_([bindparam(f"type_{i}") for i in range(type_count)]),
-                # Read off the acquire index in claim order, never sorted from another.
-                self.dialect.without_index(jobs.c.scheduled_at)
-                <= bindparam("now", type_=UtcDateTime()),
-                # Paused types wait; limited ones are claimed by limited_claims.
-                ~controlled(self.tables),
-            )
-            .order_by(jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
-            .limit(literal_column(str(int(limit))))
-        )
-        best = self.dialect.claim_lock(best)
         return (
             update(jobs)
             .where(self.dialect.id_in_selected(jobs.c.id, best))
@@ -386,8 +374,10 @@ class Statements:
         )
 
     def reap_expired(self, type_names: Sequence[str] | None, limit: int, now: datetime) -> Query:
-        """Return running jobs whose lease expired before ``now`` to pending (or
-        failed when attempts are used up); each row goes to one reaper only."""
+        """Return running jobs whose lease expired to pending (or failed when attempts
+        are used up); each row goes to one reaper only. Expired means before the
+        database's clock (:meth:`SqlDialect.clock`; ``now`` on SQLite), so a reaper
+        whose clock runs ahead cannot take live jobs."""
         params: dict[str, Any] = {"limit": limit, "now": now}
         if type_names is None:
             return Query(self._reap_any_type, params)
@@ -403,7 +393,7 @@ class Statements:
 
     def _reap(self, *, by_type: bool) -> Update:
         jobs = self.tables.jobs
-        now = bindparam("now", type_=UtcDateTime())
+        now = self.dialect.clock(bindparam("now", type_=UtcDateTime()))
         expired = and_(jobs.c.status == "running", jobs.c.leased_until < now)
         candidates = select(jobs.c.id).where(expired)
         if by_type:

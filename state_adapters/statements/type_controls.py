@@ -17,6 +17,7 @@ from sqlalchemy import (
     Select,
     Update,
     bindparam,
+    case,
     delete,
     func,
     literal_column,
@@ -70,14 +71,21 @@ class TypeControlStatements:
             .values(paused=bindparam("b_paused"))
         )
 
-    def set_limits(self, type_name: str, limits: Mapping[str, Any]) -> Query:
+    def set_limits(self, type_name: str, limits: Mapping[str, Any], forgotten: int = 0) -> Query:
         """Replace the type's limits (its row exists); lifting the rate forgets the
-        recorded starts."""
+        recorded starts; ``forgotten`` starts are added to the newest step (see
+        :func:`state_adapters.limited_claims.forgotten_starts`)."""
         controls = self.tables.type_controls
         values: dict[str, Any] = dict(limits)
         if limits["rate"] is None:
             values["recent_starts"] = null()  # SQL NULL: a JSON column writes None as 'null'
             values.update(step_at=None, step_starts=0, earlier_starts=0)
+        elif forgotten:
+            # Without a newest step no start was recorded: nothing was forgotten.
+            values["step_starts"] = case(
+                (controls.c.step_at.is_(None), controls.c.step_starts),
+                else_=controls.c.step_starts + forgotten,
+            )
         statement = update(controls).where(controls.c.type_name == type_name).values(**values)
         return Query(statement, {})
 

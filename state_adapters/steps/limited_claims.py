@@ -192,6 +192,24 @@ def _limited(control: Any) -> bool:
     )
 
 
+def forgotten_starts(
+    old_rate: int | None, old_per: float | None, rate: int | None, per: float | None
+) -> int:
+    """Starts to count, at a change of limits, for the ones the window has forgotten.
+
+    The window keeps the starts of the last ``old_per`` only; when ``per`` grows, the
+    starts between ``per`` and ``old_per`` ago are gone. They are counted as the old
+    limits allowed them at most (``old_rate`` per ``old_per``), recorded in the newest
+    step: every forgotten start happened before it, so they leave the window no later
+    than the starts they stand for. So a window of the new ``per`` never holds more
+    than the larger of the new rate and what the old limits allowed in it; the price is
+    that a type that did not use its old rate in full waits up to one new ``per``
+    longer after the change."""
+    if old_rate is None or old_per is None or rate is None or per is None or per <= old_per:
+        return 0
+    return old_rate * math.ceil((per - old_per) / old_per)
+
+
 class RateWindow:
     """The starts of one type in the last ``per`` seconds, recorded per step of
     ``per / RATE_STEPS`` at the step's end (seconds since the epoch).

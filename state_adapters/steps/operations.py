@@ -8,10 +8,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from sqlalchemy import bindparam, select
+
 from state_adapters import validation
 from state_adapters.ids import new_id
 from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, NewChain, StartedChain
 from state_adapters.notifications import NotificationBuffer
+from state_adapters.schema import UtcDateTime
 from state_adapters.steps import schedule_ticks, starting
 
 if TYPE_CHECKING:
@@ -39,6 +42,16 @@ class QueueOperations:
             NotificationBuffer(),
             lambda c, _n: self._db.prune_batch(c, finished_before, batch_size),
         )
+
+    async def database_time(self) -> datetime:
+        """The current instant on the database's clock (SQLite: this process's clock,
+        which is SQLite's own): schedules' ticks are decided on it, and a worker compares
+        it with its own clock at start."""
+        query = select(self._db.sql.dialect.clock(bindparam("now", type_=UtcDateTime())))
+        async with self._transactions.read(None) as conn:
+            instant = await conn.scalar(query, {"now": datetime.now(UTC)})
+        assert isinstance(instant, datetime)
+        return instant
 
     async def take_schedule_tick(
         self, name: str, tick: datetime, chain: NewChain | None, *, notes: NotificationBuffer

@@ -21,7 +21,7 @@ from state_adapters import validation
 from state_adapters.model import JobRecord, TypeLimits
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.statements.type_controls import TypeControlStatements
-from state_adapters.steps.limited_claims import LimitedClaim, earliest
+from state_adapters.steps.limited_claims import LimitedClaim, earliest, forgotten_starts
 
 if TYPE_CHECKING:
     from state_adapters.database import Conn, Database
@@ -145,7 +145,9 @@ class TypeControls:
 
         async def work(conn: AsyncConnection, staged: NotificationBuffer) -> TypeLimits:
             await conn.execute(*self._sql.ensure_row(type_name))
-            await conn.execute(*self._sql.set_limits(type_name, limits))
+            before = (await conn.execute(*self._sql.read_one(type_name))).one()
+            forgotten = forgotten_starts(before.rate, before.per_seconds, rate, per_seconds)
+            await conn.execute(*self._sql.set_limits(type_name, limits, forgotten))
             await conn.execute(*self._sql.delete_if_idle(type_name))
             row = (await conn.execute(*self._sql.read_one(type_name))).first()
             await self._announce(conn, staged, type_name, now)

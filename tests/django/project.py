@@ -75,6 +75,8 @@ class Router:
 '''
 
 TASKS = """
+import time
+
 from django.dispatch import receiver
 
 try:
@@ -136,6 +138,14 @@ def lite_count(key):
 
 @task(queue_name="other")
 def other_queue(key):
+    return key
+
+
+@task
+def slow_run(key, seconds):
+    Run.objects.create(key=f"{key}:begun")
+    time.sleep(seconds)
+    Run.objects.create(key=key)
     return key
 """
 

@@ -194,6 +194,27 @@ def test_a_thousand_enqueues_from_four_threads_run_once_each_in_two_worker_proce
     assert len(set(keys)) == 1000
 
 
+def test_worker_processes_of_a_sigkilled_supervisor_finish_their_tasks(
+    django_project: Project,
+) -> None:
+    from shop.models import Run
+    from shop.tasks import slow_run
+
+    results = [slow_run.enqueue(f"orphan:{n}", 3) for n in range(4)]
+    supervisor = django_project.start_worker("--concurrency=2", "--processes=2")
+    orphans = Run.objects.filter(key__startswith="orphan:")
+    wait_until(lambda: orphans.filter(key__endswith=":begun").count() == 4)
+    supervisor.kill()
+    supervisor.wait()
+    # The worker processes drain as on SIGTERM: each task finishes on its first attempt.
+    for result in results:
+        wait_finished(result)
+    assert [(r.status, r.attempts) for r in results] == [("SUCCESSFUL", 1)] * 4
+    assert sorted(orphans.values_list("key", flat=True)) == sorted(
+        [f"orphan:{n}" for n in range(4)] + [f"orphan:{n}:begun" for n in range(4)]
+    )
+
+
 def test_a_failing_task_retries_with_backoff_then_fails_with_its_error(
     django_project: Project,
 ) -> None:

@@ -121,3 +121,9 @@ def _seconds(name: str) -> timedelta | None:
 def _schedules() -> list[Schedule]:
     every = _seconds("QT_SCHEDULE_EVERY")
     return [] if every is None else [Schedule("e2e-every", "effect", every=every)]
+
+
+def crash_at_start() -> Worker:
+    """A worker target whose process exits with ``QT_EXIT_CODE`` (7) while building it:
+    a worker process that crashes at every start."""
+    raise SystemExit(int(os.environ.get("QT_EXIT_CODE", "7")))

@@ -40,10 +40,10 @@ class WorkerProcesses:
         return proc
 
     def start_supervisor(
-        self, name: str, processes: int, **settings: str
+        self, name: str, processes: int, *, verbose: bool = False, **settings: str
     ) -> subprocess.Popen[bytes]:
         """``queuert-notify worker --processes N``: its children get ids of their own
-        (``proc-<pid>``), its log is ``log(name)``."""
+        (``proc-<pid>``), its log is ``log(name)`` (INFO records too with ``verbose``)."""
         env = {**os.environ, **self.env, **settings}
         env.pop("QT_WORKER_ID", None)
         log = (self.log_dir / f"{name}.log").open("wb")
@@ -52,6 +52,7 @@ class WorkerProcesses:
                 sys.executable,
                 "-m",
                 "queuert_notify.cli",
+                *(["-v"] if verbose else []),
                 "worker",
                 self.app,
                 f"--processes={processes}",

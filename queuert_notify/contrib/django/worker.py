@@ -49,6 +49,7 @@ from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
+from queuert_notify.worker.supervisor import run_supervised
 from queuert_notify.worker.worker import Worker
 from state_adapters.model import JobRecord
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
@@ -107,11 +108,12 @@ def build_worker(
     return worker, engine
 
 
-async def run_worker(worker: Worker, engine: AsyncEngine) -> None:
-    """Run until SIGTERM/SIGINT (a graceful drain), then release the engine."""
+async def run_worker(worker: Worker, engine: AsyncEngine, *, supervised: bool = False) -> None:
+    """Run until SIGTERM/SIGINT (a graceful drain), then release the engine.
+    ``supervised``: in a worker process of a supervisor, which drains when it dies."""
     try:
         async with worker.client:
-            await worker.run()
+            await (run_supervised(worker) if supervised else worker.run())
     finally:
         # An undisposed aiosqlite engine keeps a non-daemon thread, and the process, alive.
         await engine.dispose()

@@ -73,6 +73,7 @@ DEFAULT_CONSUMER_TIMEOUT = 10.0
 _TOKEN = "1"
 _IN_FLIGHT_WAIT = 1.0  # seconds consume waits for a token its own blocking move took
 _STOP_GRACE = 2.0  # seconds a loop gets to stop before it is cancelled
+_GIVE_BACK_TIMEOUT = 1.0  # seconds leaving a type may wait to give its tokens back
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
 
 
@@ -303,14 +304,16 @@ class RedisWakeLists:
         self._held.pop(type_name, None)
         self._granted.pop(type_name, None)
         try:
-            await self._give_back(
-                keys=[
-                    self._keys.processing(type_name),
-                    self._keys.tokens(type_name),
-                    self._keys.consumers(type_name),
-                ],
-                args=[0, self.consumer, HINT_TTL_SECONDS],
-            )
+            # Bounded: a hanging server must not hold up a stop (see the except).
+            async with asyncio.timeout(_GIVE_BACK_TIMEOUT):
+                await self._give_back(
+                    keys=[
+                        self._keys.processing(type_name),
+                        self._keys.tokens(type_name),
+                        self._keys.consumers(type_name),
+                    ],
+                    args=[0, self.consumer, HINT_TTL_SECONDS],
+                )
         except Exception as exc:
             # They come back when the reaper sees this consumer's heartbeat lapse.
             logger.warning(

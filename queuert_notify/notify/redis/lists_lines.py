@@ -132,7 +132,10 @@ class _ServerLine:
         return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
 
     async def unblock(self, client_id: int) -> None:
-        await self._commands.client_unblock(client_id)
+        # Bounded: the server may be hanging, and a stop must not wait for it.
+        with suppress(TimeoutError):
+            async with asyncio.timeout(_UNBLOCK_TIMEOUT):
+                await self._commands.client_unblock(client_id)
 
     def failed(self) -> None:
         """Nothing to look up: the connection reconnects to the same address."""

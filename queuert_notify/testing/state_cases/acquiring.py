@@ -50,6 +50,35 @@ class AcquiringCases:
         assert [j.id for j in jobs] == [b.id]
         assert await claim(state, [], limit=10) == []
 
+    async def test_a_claim_of_several_types_takes_the_best_jobs_across_them_in_order(
+        self, state: Any
+    ) -> None:
+        by_priority = {}
+        for n, type_name in enumerate(["a", "b", "c"] * 4):
+            started = await start(state, type_name, priority=(n * 7) % 12)
+            by_priority[(n * 7) % 12] = started.id
+        first = await claim(state, ["a", "b", "c"], limit=5)
+        assert [j.id for j in sorted(first, key=lambda j: j.priority)] == [
+            by_priority[p] for p in range(5)
+        ]
+        rest = await claim(state, ["c", "a", "b"], limit=10)
+        assert sorted(j.priority for j in rest) == list(range(5, 12))
+
+    async def test_concurrent_claims_of_several_types_never_share_a_job_and_take_all(
+        self, state: Any
+    ) -> None:
+        for n in range(24):
+            await start(state, "abc"[n % 3])
+        claimed: list[str] = []
+        for _ in range(24):  # racing rounds until every job is claimed (each takes some)
+            results = await asyncio.gather(
+                *(claim(state, ["a", "b", "c"], limit=3, worker=f"w{n}") for n in range(4))
+            )
+            claimed += [job.id for jobs in results for job in jobs]
+            if len(claimed) >= 24:
+                break
+        assert len(claimed) == 24 and len(set(claimed)) == 24
+
     async def test_batch_acquire_takes_up_to_limit_in_order(self, state: Any) -> None:
         started = [await start(state, priority=n) for n in range(5)]
         jobs = await claim(state, limit=3)

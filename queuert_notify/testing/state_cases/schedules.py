@@ -72,3 +72,11 @@ class ScheduleCases:
             await state.take_schedule_tick(
                 "s", TICK.replace(tzinfo=None), None, notes=NotificationBuffer()
             )
+
+    async def test_database_time_is_an_aware_instant_that_never_goes_back(self, state: Any) -> None:
+        # What ticks fall due by: the database's clock, as an aware UTC instant.
+        first = await state.database_time()
+        await asyncio.sleep(0.01)
+        second = await state.database_time()
+        assert first.utcoffset() == timedelta(0) and second.utcoffset() == timedelta(0)
+        assert first < second

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -10,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from queuert_notify.errors import ConfigurationError
+from queuert_notify.worker.supervisor import EXIT_JOBS_ABANDONED
 
 
 class Command(BaseCommand):  # type: ignore[misc]
@@ -34,6 +36,7 @@ class Command(BaseCommand):  # type: ignore[misc]
         parser.add_argument(
             "--backend", default="default", help="the TASKS alias (default 'default')"
         )
+        parser.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
         parser.add_argument(
             "--poll-interval",
             type=float,
@@ -65,9 +68,15 @@ class Command(BaseCommand):  # type: ignore[misc]
             f"(concurrency {worker.concurrency})"
         )
         try:
-            asyncio.run(run_worker(worker, engine))
+            asyncio.run(run_worker(worker, engine, supervised=options["supervised"]))
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from None
+        if worker.abandoned_jobs:
+            self.stderr.write(
+                f"stopped with {worker.abandoned_jobs} running tasks unfinished; they run "
+                "again once their leases expire"
+            )
+            sys.exit(EXIT_JOBS_ABANDONED)
 
     def _supervise(self, processes: int, options: dict[str, Any]) -> int:
         from queuert_notify.worker.supervisor import Supervisor
@@ -77,6 +86,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             os.path.abspath(sys.argv[0]),
             "queuert_worker",
             "--processes=1",
+            "--supervised",
             f"--concurrency={options['concurrency']}",
             f"--backend={options['backend']}",
             *(f"--queue={queue}" for queue in options["queues"]),

@@ -9,12 +9,15 @@ from contextlib import suppress
 
 from queuert_notify.errors import NotifyAdapterClosedError
 from queuert_notify.notify.protocol import NotifyAdapter, SignalCallback, Unsubscribe
+from queuert_notify.worker.wake.bounds import CALL_LIMIT, SUBSCRIBE_LIMIT, CallGate
 from state_adapters.backoff import Backoff
 from state_adapters.outage_log import OutageLog
 
 logger = logging.getLogger(__name__)
 
 _RESUBSCRIBE_FIRST_DELAY, _RESUBSCRIBE_MAX_DELAY = 0.1, 5.0
+_CALL_PAUSE = 5.0
+"""Seconds an acknowledgement or an ownership listen is skipped after one failed."""
 
 
 class WakeSubscriptions:
@@ -34,6 +37,11 @@ class WakeSubscriptions:
     After every claim pass :meth:`claimed` tells the adapter the wakes it granted are
     used and how many slots are free (``acknowledge_wakes``: durable wake tokens are
     acknowledged, and no more are taken than the worker has slots for).
+
+    Every call to the adapter is bounded (:mod:`queuert_notify.worker.wake.bounds`): one that
+    does not answer in time counts as failed, and a failed acknowledgement or ownership
+    listen is not tried again for ``_CALL_PAUSE`` seconds, so an adapter that hangs
+    never holds the claim path or a run for longer than one bounded wait per pause.
     """
 
     def __init__(
@@ -54,6 +62,8 @@ class WakeSubscriptions:
         self._retrying: asyncio.Task[None] | None = None
         self._owls_outage = OutageLog(logger, "listening for ownership loss")
         self._ack_outage = OutageLog(logger, "acknowledging wakes")
+        self._ack_gate = CallGate(CALL_LIMIT, _CALL_PAUSE)
+        self._owls_gate = CallGate(CALL_LIMIT, _CALL_PAUSE)
 
     @property
     def listening(self) -> bool:
@@ -65,12 +75,14 @@ class WakeSubscriptions:
         notify = self._notify
         held: list[Unsubscribe] = []
         try:
-            held.append(await notify.listen_job_scheduled(self._type_names, self._on_scheduled))
+            async with asyncio.timeout(SUBSCRIBE_LIMIT):
+                held.append(await notify.listen_job_scheduled(self._type_names, self._on_scheduled))
             held.append(notify.on_reconnect(self._on_reconnect))
         except BaseException:
             for unsubscribe in held:
                 with suppress(Exception):
-                    await unsubscribe()
+                    async with asyncio.timeout(CALL_LIMIT):
+                        await unsubscribe()
             raise
         self._held = held
 
@@ -88,7 +100,7 @@ class WakeSubscriptions:
                 "cannot listen for wakeups; polling every %.1fs until the notify "
                 "adapter answers: %s",
                 poll_interval,
-                exc,
+                exc if str(exc) else repr(exc),
                 extra={"worker_id": self._worker_id},
             )
             self.open_later()
@@ -97,11 +109,13 @@ class WakeSubscriptions:
         """After a claim pass: the wakes consumed for it are used (durable adapters
         acknowledge them) and ``free_slots`` slots are free. A failure is logged; an
         unacknowledged wake costs at most one empty claim elsewhere."""
-        if not self.listening:
+        if not self.listening or not self._ack_gate.open:
             return
         try:
-            await self._notify.acknowledge_wakes(self._on_scheduled, free_slots)
+            async with asyncio.timeout(self._ack_gate.limit):
+                await self._notify.acknowledge_wakes(self._on_scheduled, free_slots)
         except Exception:
+            self._ack_gate.failed()
             self._ack_outage.failed("a lost acknowledgement costs one empty claim")
         else:
             self._ack_outage.succeeded()
@@ -115,11 +129,13 @@ class WakeSubscriptions:
     ) -> Unsubscribe | None:
         """Call ``callback`` when another party takes ``job_id`` (``None``: not
         listening, because the adapter is unreachable or refused)."""
-        if not self.listening:
+        if not self.listening or not self._owls_gate.open:
             return None
         try:
-            return await self._notify.listen_job_ownership_lost(job_id, callback)
+            async with asyncio.timeout(self._owls_gate.limit):
+                return await self._notify.listen_job_ownership_lost(job_id, callback)
         except Exception:
+            self._owls_gate.failed()
             self._owls_outage.failed("relying on lease renewal", **log_extra)
             return None
 
@@ -132,7 +148,8 @@ class WakeSubscriptions:
         held, self._held = self._held, []
         for unsubscribe in held:
             try:
-                await unsubscribe()
+                async with asyncio.timeout(CALL_LIMIT):
+                    await unsubscribe()
             except Exception:
                 logger.warning("unsubscribe failed on worker stop", exc_info=True)
 

@@ -1,7 +1,7 @@
 """The lines jobs log (``ctx.log``, ``JobLogHandler``): the job_logs table.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from alembic import op
 
 from state_adapters.schema import Tables, UtcDateTime, json_type
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
 
 def upgrade(tables: Tables) -> None:
     p, schema = tables.table_prefix, tables.schema
-    # Adopted tables are stamped with the revision before 0007 (migrations/runner.py)
+    # Adopted tables are stamped with 0006 (migrations/runner.py, TABLES_REVISION)
     # and already match the newest schema, this table included.
     if sa.inspect(op.get_bind()).has_table(f"{p}job_logs", schema=schema):
         return

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from queuert_notify.notify.protocol import NotifyAdapter
+from queuert_notify.worker.wake.bounds import CALL_LIMIT, CallGate
 from state_adapters.outage_log import OutageLog
 
 logger = logging.getLogger(__name__)
@@ -25,7 +26,8 @@ CLAIMER_GRACE = 0.25
 """Seconds a due job announced to another worker may stay pending before this one,
 told by the wake budget that it has a claimer, looks again."""
 HINT_RETRY = 1.0
-"""Seconds between calls to a wake budget that failed (every hint counts as granted
+"""Seconds between calls to a wake budget that failed or did not answer within
+:data:`~queuert_notify.worker.wake.bounds.CALL_LIMIT` (every hint counts as granted
 meanwhile)."""
 
 Next = Literal["ask", "claim", "check_due"]
@@ -82,7 +84,7 @@ class WakePolicy:
         self.more = False
         self._recheck: set[str] = set()
         self._due_streak = 0
-        self._hint_retry_at = float("-inf")
+        self._hint_gate = CallGate(CALL_LIMIT, HINT_RETRY)
         self._hint_outage = OutageLog(logger, "consume_wake_hint")
         self._hint_tasks: set[asyncio.Task[None]] = set()
 
@@ -149,16 +151,17 @@ class WakePolicy:
 
     async def hint_granted(self, type_name: str) -> bool:
         """Ask the wake budget for one unit of ``type_name``. Unknown counts as granted
-        (wake rather than miss); while the budget cannot be reached, it is asked at most
-        once per ``HINT_RETRY`` (a failing call costs the client's retries, ~0.4 s for
-        redis-py, which would otherwise slow every claim down)."""
-        loop = asyncio.get_running_loop()
-        if loop.time() < self._hint_retry_at:
+        (wake rather than miss), and so does an answer that takes longer than
+        ``CALL_LIMIT`` (a hanging server); while the budget cannot be reached, it is
+        asked at most once per ``HINT_RETRY`` (a failing call costs the client's
+        retries, ~0.4 s for redis-py, which would otherwise slow every claim down)."""
+        if not self._hint_gate.open:
             return True
         try:
-            granted = await self._notify.consume_wake_hint(type_name)
+            async with asyncio.timeout(self._hint_gate.limit):
+                granted = await self._notify.consume_wake_hint(type_name)
         except Exception:
-            self._hint_retry_at = loop.time() + HINT_RETRY
+            self._hint_gate.failed()
             self._hint_outage.failed(
                 "waking anyway", worker_id=self._worker_id, type_name=type_name
             )

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 
 from benchmarks import (
+    churn,
     claim_plan,
     dashboard,
     django_enqueue,
@@ -21,6 +22,7 @@ from benchmarks import (
     limits,
     notify_overhead,
     peer_queues,
+    pgbouncer,
     prune_impact,
     redis_cost,
     start_throughput,
@@ -53,6 +55,8 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     dashboard,
     prune_impact,
     peer_queues,
+    churn,
+    pgbouncer,
     health_cost,
     claim_plan,
     held_horizon,

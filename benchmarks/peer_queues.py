@@ -89,6 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-sqlite", dest="sqlite", action="store_false", help="skip ours on SQLite"
     )
+    parser.add_argument(
+        "--ours-drivers",
+        default="psycopg",
+        help="comma-separated async Postgres drivers of ours' enqueue and batch rows: "
+        "psycopg, asyncpg",
+    )
     parser.add_argument("--venv", default=str(_ROOT / ".bench-peers"))
     parser.add_argument("--postgres-url", default=services.postgres_url())
     parser.add_argument("--redis-url", default=services.redis_url())
@@ -105,8 +111,11 @@ class Side:
     sqlalchemy_url: bool = False
 
 
-def _ours(state: str, notify: str, args: argparse.Namespace, processes: int = 1) -> Side:
-    name = f"queuert-notify, {_OURS_STATE[state]} + {_OURS_NOTIFY[notify]}"
+def _ours(
+    state: str, notify: str, args: argparse.Namespace, processes: int = 1, driver: str = "psycopg"
+) -> Side:
+    database = _OURS_STATE[state] + (f" ({driver})" if driver != "psycopg" else "")
+    name = f"queuert-notify, {database} + {_OURS_NOTIFY[notify]}"
     if processes > 1:
         name += f", {processes} processes"
     command = (
@@ -118,6 +127,7 @@ def _ours(state: str, notify: str, args: argparse.Namespace, processes: int = 1)
         f"--redis-url={args.redis_url}",
         f"--nats-url={args.nats_url}",
         f"--processes={processes}",
+        f"--driver={driver}",
     )
     return Side(name, command, postgres=state == "postgres", sqlalchemy_url=True)
 
@@ -258,6 +268,12 @@ async def run(args: argparse.Namespace) -> str:
     if "enqueue" in workloads or "batch" in workloads:
         pg_floor, lite_floor = _floor("psycopg"), _floor("sqlite3")
         postgres = [_ours("postgres", n, args) for n in ("noop", "redis", "postgres")]
+        postgres += [
+            _ours("postgres", n, args, driver=driver)
+            for driver in _list(args.ours_drivers)
+            if driver != "psycopg"
+            for n in ("noop", "redis")
+        ]
         sqlite = [_ours("sqlite", n, args) for n in ("noop", "in-process")] if args.sqlite else []
         sides = [*postgres, pg_floor, *peer_sides, *sqlite, *([lite_floor] if sqlite else [])]
 

@@ -39,7 +39,9 @@ T = TypeVar("T")
 Step = Callable[[Conn], Awaitable[T]]
 """Statements run in one transaction of the adapter's own."""
 
-_SUPPORTED = {("postgresql", "psycopg"), ("sqlite", "aiosqlite")}
+_SUPPORTED = {("postgresql", "psycopg"), ("postgresql", "asyncpg"), ("sqlite", "aiosqlite")}
+ASYNC_URLS = "postgresql+psycopg://, postgresql+asyncpg:// and sqlite+aiosqlite://"
+"""The engines :func:`database_for` accepts, as a user writes their URLs."""
 
 
 class Database(Protocol):
@@ -91,7 +93,9 @@ class Database(Protocol):
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
         """Give another engine on this database the connection settings the queue
-        needs (``SyncClient``'s sync engine)."""
+        needs, and compile :meth:`compiled` statements for its driver where it binds
+        parameters differently, since its connections then run them (``SyncClient``'s
+        sync engine)."""
         ...
 
     async def take_migration_lock(self, connection: AsyncConnection, name: str) -> None:
@@ -143,7 +147,7 @@ class Database(Protocol):
 def database_for(
     engine: AsyncEngine, tables: Tables, *, sqlite_synchronous: SqliteSynchronous
 ) -> Database:
-    """The database of ``engine`` (``postgresql+psycopg`` or ``sqlite+aiosqlite``);
+    """The database of ``engine`` (see :data:`ASYNC_URLS`);
     raises ``ConfigurationError`` for any other driver or a bad setting."""
     check_supported(engine)
     check_synchronous(sqlite_synchronous)
@@ -153,11 +157,24 @@ def database_for(
 
 
 def check_supported(engine: AsyncEngine) -> None:
-    """Raise ``ConfigurationError`` unless the engine is Postgres/psycopg or SQLite/aiosqlite."""
+    """Raise ``ConfigurationError`` unless ``engine`` is an ``AsyncEngine`` whose driver is
+    one of :data:`ASYNC_URLS` (a synchronous engine's error names ``SyncClient``)."""
+    if not isinstance(engine, AsyncEngine):
+        hint = (
+            f" ({engine.dialect.name}+{engine.dialect.driver}); a synchronous engine "
+            "belongs to queuert_notify.SyncClient"
+            if isinstance(engine, Engine)
+            else ""
+        )
+        raise ConfigurationError(
+            "SqlAlchemyStateAdapter needs an AsyncEngine "
+            f"(sqlalchemy.ext.asyncio.create_async_engine) on {ASYNC_URLS}, "
+            f"got {type(engine).__name__}{hint}"
+        )
     dialect = engine.dialect
     if (dialect.name, dialect.driver) not in _SUPPORTED:
         url = mask_url(engine.url.render_as_string(hide_password=False))
         raise ConfigurationError(
             f"unsupported database {dialect.name}+{dialect.driver} ({url}); "
-            "SqlAlchemyStateAdapter supports postgresql+psycopg:// and sqlite+aiosqlite:// URLs"
+            f"SqlAlchemyStateAdapter supports {ASYNC_URLS} URLs"
         )

@@ -1,4 +1,5 @@
-"""The state adapter over SQLAlchemy's asyncio engine: Postgres (psycopg 3) and SQLite (aiosqlite).
+"""The state adapter over SQLAlchemy's asyncio engine: Postgres (psycopg 3 or asyncpg) and
+SQLite (aiosqlite).
 
 Guarantees (the conformance suite in ``queuert_notify.testing`` checks them):
 
@@ -102,12 +103,6 @@ class SqlAlchemyStateAdapter(
         backoff_cap: float = DEFAULT_BACKOFF_CAP,
         sqlite_synchronous: SqliteSynchronous = SQLITE_SYNCHRONOUS,
     ) -> None:
-        if not isinstance(engine, AsyncEngine):
-            raise ConfigurationError(
-                "SqlAlchemyStateAdapter needs an AsyncEngine "
-                "(sqlalchemy.ext.asyncio.create_async_engine), "
-                f"got {type(engine).__name__}"
-            )
         tables = make_tables(table_prefix, schema)
         database = database_for(engine, tables, sqlite_synchronous=sqlite_synchronous)
         if not (0 <= backoff_base <= backoff_cap):
@@ -283,8 +278,11 @@ class SqlAlchemyStateAdapter(
         transaction of its own, on a held connection when one is free; raises
         ``JobOwnershipLostError`` when it changed nothing."""
 
+        compiled = self._db.compiled(write.statement)  # of fixed shape: renewals, progress
+
         async def step(conn: Conn) -> Any:
-            return (await conn.execute(*write)).first()
+            changed = await compiled.rows(conn, write.params)
+            return changed[0] if changed else None
 
         async with self._lanes.connection() as lane:
             if await self._db.in_transaction(lane, step) is None:

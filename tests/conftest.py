@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
 from tests.support.services import OwnServer, own_nats_server, own_redis_server, provide_service
@@ -22,6 +23,27 @@ def redis_url() -> Iterator[str]:
 def postgres_url() -> Iterator[str]:
     with provide_service("postgres") as url:
         yield url
+
+
+ASYNC_POSTGRES_DRIVERS = ["psycopg", "asyncpg"]
+SYNC_POSTGRES_DRIVERS = ["psycopg", "psycopg2"]
+
+
+def with_driver(url: str, driver: str) -> str:
+    """``url`` (a Postgres URL) with SQLAlchemy driver ``driver``."""
+    return str(make_url(url).set(drivername=f"postgresql+{driver}").render_as_string(False))
+
+
+@pytest.fixture(params=ASYNC_POSTGRES_DRIVERS)
+def async_postgres_url(postgres_url: str, request: pytest.FixtureRequest) -> str:
+    """The test Postgres through each async driver the queue accepts."""
+    return with_driver(postgres_url, request.param)
+
+
+@pytest.fixture(params=SYNC_POSTGRES_DRIVERS)
+def sync_postgres_url(postgres_url: str, request: pytest.FixtureRequest) -> str:
+    """The test Postgres through each sync driver ``SyncClient`` accepts."""
+    return with_driver(postgres_url, request.param)
 
 
 @pytest.fixture(scope="session")

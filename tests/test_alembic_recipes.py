@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from queuert_notify.cli import main
 from queuert_notify.errors import ConfigurationError
 from state_adapters import SqlAlchemyStateAdapter, make_metadata
+from tests.support import queue_helpers
 from tests.support.queue_helpers import STATE_KINDS, head_revision
 from tests.test_state_migrations import _notes, _start
 
@@ -97,7 +98,7 @@ def _project(tmp_path: Path, database_url: str, prefix: str, recipe: str) -> Pat
     project.mkdir()
     _alembic(project, "init", "migrations")
     (project / "app_models.py").write_text(MODELS.format(prefix=prefix))
-    sync_url = database_url.replace("+aiosqlite", "")
+    sync_url = queue_helpers.sync_url(database_url)
     env = ENV.format(recipe=recipe.format(prefix=prefix), prefix=prefix, url=sync_url)
     (project / "migrations" / "env.py").write_text(env)
     return project

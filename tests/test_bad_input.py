@@ -375,7 +375,7 @@ async def test_a_type_no_worker_handles_stays_pending_and_visible_in_the_cli(
     ("url", "reason"),
     [
         ("mysql://app:s3cret@db.example/jobs", "No module named"),
-        ("postgresql+asyncpg://app:s3cret@db.example/jobs", "No module named"),
+        ("postgresql+pg8000://app:s3cret@db.example/jobs", "No module named"),
         ("sqlite+pysqlite:///jobs.db", "requires an async driver"),
         ("redis://app:s3cret@127.0.0.1:6379/0", "redis"),
         ("not a url at all", "Could not parse"),

@@ -171,7 +171,7 @@ def _error_lines(output: str) -> list[str]:
     ("url", "reason"),
     [
         (f"mysql://app:{SECRET}@db.example/jobs", "No module named"),
-        (f"postgresql+asyncpg://app:{SECRET}@db.example/jobs", "No module named"),
+        (f"postgresql+pg8000://app:{SECRET}@db.example/jobs", "No module named"),
         ("sqlite+pysqlite:///jobs.db", "requires an async driver"),
         ("sqlite+aiosqlite://", "in-memory SQLite"),
         ("sqlite:///:memory:", "in-memory SQLite"),

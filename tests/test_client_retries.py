@@ -33,12 +33,14 @@ from state_adapters.ids import new_id
 from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from tests.support.queue_helpers import STATE_KINDS, CountingState
+from tests.support.queue_helpers import CountingState
 from tests.test_postgres_notify import libpq_dsn
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
-both_databases = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+# LostCommit closes the driver connection under SQLAlchemy the way psycopg and sqlite3
+# report a lost connection; it does not yet imitate asyncpg's reports.
+both_databases = pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
 on_postgres = pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
 
 

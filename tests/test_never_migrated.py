@@ -20,7 +20,7 @@ from queuert_notify import Client, ConfigurationError, Worker
 from queuert_notify.cli import main
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from state_adapters import SqlAlchemyStateAdapter
-from tests.support.queue_helpers import STATE_KINDS, drop_tables, wait_until
+from tests.support.queue_helpers import STATE_KINDS, drop_tables, sync_url, wait_until
 
 
 def _expected(prefix: str, table: str) -> str:
@@ -54,7 +54,7 @@ def test_the_sync_client_says_to_run_migrate(database_url: str, prefix: str) -> 
 
     from queuert_notify import SyncClient
 
-    engine = create_engine(database_url.replace("+aiosqlite", ""))
+    engine = create_engine(sync_url(database_url))
     client = SyncClient(engine, table_prefix=f"{prefix}_")
     try:
         with pytest.raises(ConfigurationError) as raised:
@@ -181,7 +181,7 @@ async def test_a_worker_whose_tables_are_dropped_stops_with_the_error(
 async def test_tables_without_the_claim_function_say_to_adopt_them(
     client: Client, engine: AsyncEngine, prefix: str, state_kind: str
 ) -> None:
-    if state_kind != "postgres":
+    if state_kind == "sqlite":
         pytest.skip("the function of limited claims is Postgres's")
     state = client.state
     await state.migrate()

@@ -26,13 +26,14 @@ from opentelemetry.trace import SpanKind, StatusCode
 from queuert_notify import Client, Job, JobContext, Worker
 from queuert_notify.otel import instrument, uninstrument
 from queuert_notify.testing import run_until_idle
+from tests.support.queue_helpers import sync_url
 from tests.support.worker_processes import REPO, WorkerProcesses
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
 both_stacks = pytest.mark.parametrize(
     ("state_kind", "notify_kind"),
-    [("sqlite", "in_process"), ("postgres", "redis")],
+    [("sqlite", "in_process"), ("postgres", "redis"), ("asyncpg", "redis")],
     indirect=True,
 )
 
@@ -332,7 +333,7 @@ async def test_a_chain_started_by_a_sync_client_runs_in_the_trace_of_its_request
     async def handled(job: Job, ctx: JobContext) -> Any:
         return None
 
-    engine = create_engine(database_url.replace("+aiosqlite", ""))
+    engine = create_engine(sync_url(database_url))
     try:
         with telemetry.tracer.start_as_current_span("POST /legacy"):
             await asyncio.to_thread(

@@ -27,8 +27,10 @@ class TestSqliteState(StateAdapterConformance):
 
 class TestPostgresState(StateAdapterConformance):
     @pytest.fixture
-    async def state(self, postgres_url: str, prefix: str) -> AsyncIterator[SqlAlchemyStateAdapter]:
-        engine = create_async_engine(postgres_url)
+    async def state(
+        self, async_postgres_url: str, prefix: str
+    ) -> AsyncIterator[SqlAlchemyStateAdapter]:
+        engine = create_async_engine(async_postgres_url)
         adapter = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
         await adapter.migrate()
         try:

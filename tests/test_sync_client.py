@@ -25,14 +25,14 @@ from queuert_notify import (
     SyncClient,
 )
 from queuert_notify.notify.redis.shared import channel_name
-from tests.support.queue_helpers import wait_until
+from tests.support.queue_helpers import STATE_KINDS, wait_until
 from tests.support.redis_helpers import wait_for_subscribers
 from tests.support.worker_processes import WorkerProcesses
 from tests.test_postgres_notify import listener_backends
 
 pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
 
-BOTH = pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
+BOTH = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_eight_threads_start_four_thousand_chains_and_none_is_lost(
 
 @pytest.mark.parametrize(
     ("state_kind", "notify_kind"),
-    [("postgres", "redis"), ("sqlite", "redis"), ("postgres", "noop")],
+    [("postgres", "redis"), ("asyncpg", "redis"), ("sqlite", "redis"), ("postgres", "noop")],
     indirect=True,
 )
 async def test_a_worker_process_runs_a_sync_started_job_within_the_wake_latency(
@@ -185,7 +185,7 @@ def test_cancel_retry_and_await_from_sync_code(sync_engine: Engine, table_prefix
 def test_the_wrong_client_for_a_session_or_engine_is_a_type_error_that_names_the_right_one(
     sync_engine: Engine, engine: AsyncEngine, client: Client, table_prefix: str
 ) -> None:
-    with pytest.raises(TypeError, match=r"AsyncEngine use queuert_notify\.Client"):
+    with pytest.raises(TypeError, match=r"AsyncEngine .* belongs to queuert_notify\.Client"):
         SyncClient(engine)  # type: ignore[arg-type]
     sync_client = SyncClient(sync_engine, table_prefix=table_prefix)
     from sqlalchemy.ext.asyncio import AsyncSession

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from benchmarks import stacks
 from benchmarks.peers import workloads
@@ -45,8 +46,12 @@ class OursSide:
         self.stack: stacks.Stack
 
     async def setup(self) -> None:
+        dsn = self.args.dsn
+        if self.args.state == "postgres":
+            url = make_url(dsn).set(drivername=f"postgresql+{self.args.driver}")
+            dsn = url.render_as_string(hide_password=False)
         stack_args = argparse.Namespace(
-            postgres_url=self.args.dsn,
+            postgres_url=dsn,
             redis_url=self.args.redis_url,
             nats_url=self.args.nats_url,
         )
@@ -169,6 +174,7 @@ def _side(args: argparse.Namespace) -> OursSide:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", choices=stacks.STATE_KINDS, default="postgres")
+    parser.add_argument("--driver", choices=("psycopg", "asyncpg"), default="psycopg")
     parser.add_argument("--notify", choices=stacks.NOTIFY_KINDS, default="redis")
     parser.add_argument("--redis-url", default=None)
     parser.add_argument("--nats-url", default=None)

@@ -80,12 +80,14 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from state_adapters.database import check_supported
+    from state_adapters.drivers import POSTGRES_DRIVERS, driver_for
 
     def unsupported(reason: str) -> BadSettingError:
         return BadSettingError(
             ConfigurationError(
                 f"unsupported database URL {mask_url(database_url)!r} ({reason}); use "
-                "postgresql+psycopg://user@host/db or sqlite+aiosqlite:///jobs.db"
+                "postgresql+psycopg://, postgresql+asyncpg://, postgresql+psycopg2:// "
+                "(run on psycopg) or sqlite+aiosqlite:///jobs.db"
             )
         )
 
@@ -93,6 +95,11 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
         url = make_url(_async_url(database_url))
         if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
             raise unsupported("an in-memory SQLite database is private to one connection")
+        if url.get_backend_name() == "postgresql" and url.get_driver_name() in POSTGRES_DRIVERS:
+            # A command runs each statement a few times at most: nothing to gain from
+            # prepared statements, and these settings let it run through PgBouncer.
+            connect_args = driver_for(url.get_driver_name()).pooler_connect_args
+            options = {"connect_args": connect_args, **options}
         engine = create_async_engine(url, **options)
     except (ArgumentError, InvalidRequestError, ImportError) as exc:
         # ArgumentError: unparseable or unknown dialect; InvalidRequestError: a sync
@@ -139,10 +146,12 @@ def _open_sqlite(path: str) -> None:
 
 
 def _async_url(url: str) -> str:
-    """Pick the async driver the project ships when the URL names none."""
+    """Pick the async driver the project ships when the URL names none, or names the
+    sync driver an application's own settings may hold (psycopg2: run on psycopg)."""
     for plain, with_driver in (
         ("postgres://", "postgresql+psycopg://"),
         ("postgresql://", "postgresql+psycopg://"),
+        ("postgresql+psycopg2://", "postgresql+psycopg://"),
         ("sqlite://", "sqlite+aiosqlite://"),
     ):
         if url.startswith(plain):

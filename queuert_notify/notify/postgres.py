@@ -90,6 +90,15 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
     - ``close()`` is idempotent, bounded by ``close_timeout``, and leaves no
       task running; afterwards calls raise ``NotifyAdapterClosedError``.
 
+    **LISTEN needs a direct connection to Postgres.** Through a pooler in transaction
+    mode (PgBouncer) the LISTEN lands on a server connection the pooler hands to other
+    clients after the statement, and notifications never arrive. When
+    ``dsn_or_engine`` goes through one, pass ``listen_url`` (the server's own address)
+    for the LISTEN connection; publishing (``pg_notify``) works through the pooler. A
+    LISTEN connection that turns out to go through a pooler is logged as a warning
+    (workers then find jobs on their poll). Behind PgBouncer, Redis or NATS keep
+    millisecond wakeups (docs/databases.md, "Behind PgBouncer").
+
     While Postgres is unreachable, ``notify_*`` and ``listen_*`` calls raise
     ``psycopg.OperationalError``: notifications are hints, so callers log and
     rely on polling.
@@ -107,6 +116,7 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
         prefix: str = "queuert",
         connect_timeout: float = 5.0,
         close_timeout: float = 5.0,
+        listen_url: str | None = None,
     ) -> None:
         if not _PREFIX.fullmatch(prefix):
             raise ConfigurationError(
@@ -118,6 +128,7 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
                 f"{_MAX_CHANNEL_BYTES} bytes, so keep the prefix within {_MAX_CHANNEL_BYTES - 7}"
             )
         self._conninfo = _conninfo(dsn_or_engine)
+        self._listen_conninfo = self._conninfo if listen_url is None else _conninfo(listen_url)
         super().__init__(
             prefix=prefix,
             address=_describe(self._conninfo),
@@ -322,7 +333,8 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
     async def _open_connection(
         self, role: str, options: Mapping[str, str]
     ) -> psycopg.AsyncConnection[Any]:
-        given = conninfo_to_dict(self._conninfo)
+        conninfo = self._listen_conninfo if role == "listener" else self._conninfo
+        given = conninfo_to_dict(conninfo)
         # Settings the DSN names itself win over our defaults.
         extra = {
             key: value
@@ -330,15 +342,35 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
             if key not in given
         }
         async with asyncio.timeout(self._connect_timeout):
-            return await psycopg.AsyncConnection.connect(
-                make_conninfo(self._conninfo, **extra),
+            conn = await psycopg.AsyncConnection.connect(
+                make_conninfo(conninfo, **extra),
                 autocommit=True,
                 connect_timeout=max(1, round(self._connect_timeout)),
+                # Never a server-side prepared statement: a pooler in front of the
+                # server would lose it between statements.
+                prepare_threshold=None,
             )
+            if role == "listener" and await _through_a_pooler(conn):
+                logger.warning(
+                    "the Postgres LISTEN connection to %s goes through a connection pooler "
+                    "(PgBouncer?): in transaction mode no notification arrives; pass "
+                    "listen_url= the server's own address",
+                    _describe(conninfo),
+                    extra=self._log,
+                )
+            return conn
 
     @property
     def _log(self) -> dict[str, str]:
         return {"address": self._address, "prefix": self._prefix}
+
+
+async def _through_a_pooler(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether ``conn`` reaches Postgres through a pooler: the backend process id
+    announced at startup is then the pooler's own."""
+    cursor = await conn.execute("SELECT pg_backend_pid()")
+    row = await cursor.fetchone()
+    return row is not None and row[0] != conn.info.backend_pid
 
 
 def _conninfo(dsn_or_engine: object) -> str:

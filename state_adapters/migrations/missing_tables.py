@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from state_adapters.errors import ConfigurationError
 from state_adapters.schema import Tables
+from state_adapters.transactions.connection_loss import sqlstate_of
 
 _UNDEFINED_TABLE = "42P01"
 _UNDEFINED_FUNCTION = "42883"
@@ -46,7 +47,7 @@ def watch(engine: AsyncEngine | Engine, tables: Tables) -> None:
 def error(dialect: Dialect, exc: BaseException) -> ConfigurationError | None:
     """The ConfigurationError for ``exc`` (a driver error) when it says that a watched
     queue table does not exist; None for every other error."""
-    sqlstate = getattr(exc, "sqlstate", None)
+    sqlstate = sqlstate_of(exc)
     if dialect.name == "postgresql" and sqlstate == _UNDEFINED_TABLE:
         match = _POSTGRES_NAME.search(str(exc))
     elif dialect.name == "postgresql" and sqlstate == _UNDEFINED_FUNCTION:

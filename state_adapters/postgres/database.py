@@ -1,4 +1,5 @@
-"""Postgres (psycopg 3): how statements are shaped for it (:class:`PostgresSql`, see
+"""Postgres (psycopg 3, asyncpg; psycopg2 for ``SyncClient``): how statements are
+shaped for it (:class:`PostgresSql`, see
 :class:`~state_adapters.statements.dialect.SqlDialect` for what each method promises) and
 how the adapter uses it (:class:`Postgres`, see
 :class:`~state_adapters.database.Database`)."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, bindparam, func, select, text, true, type_coerce
@@ -17,8 +19,15 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement, TextClause
 
+from state_adapters.drivers import (
+    async_driver_for,
+    run_on_driver,
+    run_on_sync_driver,
+    sync_driver_for,
+)
 from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.model import JobRecord
+from state_adapters.postgres import pooling
 from state_adapters.postgres.statements import (
     NEEDS_TRANSACTION,
     PostgresStatements,
@@ -30,6 +39,7 @@ from state_adapters.statements.queue import JOB_FIELDS, Statements
 from state_adapters.steps.completion import Completed, FinishedJob
 from state_adapters.steps.limited_claims import LimitedClaim, settled
 from state_adapters.steps.pruning import PruningStatements
+from state_adapters.transactions.connection_loss import sqlstate_of
 
 if TYPE_CHECKING:
     from state_adapters.database import Conn, Step, T
@@ -108,12 +118,23 @@ class Postgres:
         self.chains = ChainStatements(tables, dialect)
         self.reader = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.single_writer = self.reader
-        self.compiled = CompiledStatements(engine.dialect)
+        # The statements a worker repeats go to the driver connection itself.
+        driver = async_driver_for(engine.dialect.driver)
+        self.compiled = CompiledStatements(engine.dialect, partial(run_on_driver, driver))
         self._own = PostgresStatements(tables)
         self._pruning = PruningStatements(tables, dialect)
+        pooling.watch(engine)
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
-        """Nothing to set: Postgres connections need no settings of the queue's."""
+        """No connection settings; the statements are compiled for ``engine``'s driver
+        (psycopg2 binds JSON and takes parameters unlike psycopg) and run on the driver
+        connection under its SQLAlchemy connections (the caller's thread, no event loop:
+        :func:`~state_adapters.drivers.run_on_sync_driver`); behind a pooler,
+        settings that would keep prepared statements are refused
+        (:mod:`state_adapters.postgres.pooling`)."""
+        driver = sync_driver_for(engine.dialect.driver)
+        self.compiled = CompiledStatements(engine.dialect, partial(run_on_sync_driver, driver))
+        pooling.watch(engine)
 
     async def in_transaction(self, conn: AsyncConnection, step: Step[T]) -> T:
         async with conn.begin():
@@ -215,4 +236,4 @@ class Postgres:
 
 
 def _sqlstate(exc: DBAPIError) -> str | None:
-    return getattr(exc.orig, "sqlstate", None)
+    return sqlstate_of(exc.orig)

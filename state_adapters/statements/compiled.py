@@ -5,17 +5,19 @@ cache key computed from the whole statement tree, then build the parameters
 and the result's type processing again: about a third of the CPU of a claim
 of ten jobs. A worker claims and completes thousands of times a second with
 statements of fixed shape, so :class:`CompiledStatement` does that work once
-per dialect and sends the string with ``exec_driver_sql``: the statement
-still runs on a SQLAlchemy connection, in its transaction, with its events
-(``before_cursor_execute``), error wrapping and invalidation of a broken
-connection, exactly as any other statement. (On SQLite a worker's
-transaction goes to the driver itself: see :mod:`state_adapters.sqlite.driver`.)
+per dialect and sends the string, with its parameters bound by the driver: on
+Postgres's asyncio engines to the driver connection under the SQLAlchemy connection,
+in its transaction (:func:`state_adapters.drivers.run_on_driver`: without SQLAlchemy's
+cursor and result machinery, still with the engine's cursor events, its error wrapping
+and invalidation of a broken connection); elsewhere with ``exec_driver_sql`` on the
+SQLAlchemy connection (``SyncClient``'s sync engines). On SQLite a worker's transaction
+goes to the driver itself: see :mod:`state_adapters.sqlite.driver`.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from sqlalchemy.engine import Dialect
@@ -32,6 +34,10 @@ class DriverSqlResult(Protocol):
     def returns_rows(self) -> bool: ...
 
     def all(self) -> Sequence[Any]: ...
+
+
+RunSql = Callable[[Any, str, Any], Awaitable[Sequence[Any]]]
+"""Runs a compiled statement's SQL with the driver's arguments on a connection; its rows."""
 
 
 class SendsDriverSql(Protocol):
@@ -52,7 +58,10 @@ class CompiledStatement:
     expanding (``IN``-list) parameters, whose SQL would depend on the values.
     """
 
-    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+    def __init__(
+        self, statement: ClauseElement, dialect: Dialect, run: RunSql | None = None
+    ) -> None:
+        self._run = run
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
         if "POSTCOMPILE" in compiled.string:
             raise ValueError("a compiled statement cannot have expanding parameters")
@@ -80,7 +89,10 @@ class CompiledStatement:
         return values if self._order is None else tuple(values[n] for n in self._order)
 
     async def rows(self, conn: SendsDriverSql, params: Mapping[str, Any]) -> list[Any]:
-        """Run the statement on ``conn`` with ``params`` (see :meth:`arguments`)."""
+        """Run the statement on ``conn`` with ``params`` (see :meth:`arguments`), through
+        the ``run`` it was made with, or ``exec_driver_sql``."""
+        if self._run is not None:
+            return self.typed(await self._run(conn, self.sql, self.arguments(params)))
         result: DriverSqlResult = await conn.exec_driver_sql(self.sql, self.arguments(params))
         if not result.returns_rows:
             return []
@@ -113,15 +125,19 @@ class CompiledStatements:
     """A cache of :class:`CompiledStatement` per statement object, for one dialect.
 
     Only for statements built once (of fixed shape): each statement object given is
-    kept for the cache's lifetime."""
+    kept for the cache's lifetime. ``run``: how their SQL is sent (see
+    :meth:`CompiledStatement.rows`)."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, run: RunSql | None = None) -> None:
         self._dialect = dialect
+        self._run = run
         self._compiled: dict[Executable, CompiledStatement] = {}
 
     def __call__(self, statement: Executable) -> CompiledStatement:
         compiled = self._compiled.get(statement)
         if compiled is None:
             clause = cast(ClauseElement, statement)
-            compiled = self._compiled[statement] = CompiledStatement(clause, self._dialect)
+            compiled = self._compiled[statement] = CompiledStatement(
+                clause, self._dialect, self._run
+            )
         return compiled

@@ -35,9 +35,14 @@ SyncSession = Session | Connection | None
 """The caller's transaction: an ORM ``Session``, a Core ``Connection``, or ``None``
 for a transaction of the call's own."""
 
-_DRIVERS = {("postgresql", "psycopg"): "psycopg", ("sqlite", "pysqlite"): "aiosqlite"}
-"""Supported sync drivers, and the async driver of the same database the statements
-are compiled for."""
+_DRIVERS = {
+    ("postgresql", "psycopg"): "psycopg",
+    ("postgresql", "psycopg2"): "psycopg",
+    ("sqlite", "pysqlite"): "aiosqlite",
+}
+"""Supported sync drivers, and an async driver of the same database the adapter is
+built on (its statements are then compiled for the sync driver: ``configure``)."""
+SYNC_URLS = "postgresql+psycopg://, postgresql+psycopg2:// and sqlite://"
 
 
 class Announcer(CommitSink):
@@ -55,24 +60,31 @@ class Announcer(CommitSink):
 
 
 class SyncStateAdapter:
-    """Starts, reads and changes chains on a sync ``Engine`` (``postgresql+psycopg``
-    or ``sqlite``), in the caller's transaction or one of its own. Thread-safe: every
-    call takes its own connection (or the caller's)."""
+    """Starts, reads and changes chains on a sync ``Engine`` (:data:`SYNC_URLS`), in the
+    caller's transaction or one of its own. Thread-safe: every call takes its own
+    connection (or the caller's)."""
 
     def __init__(self, engine: Engine, *, table_prefix: str = DEFAULT_TABLE_PREFIX) -> None:
         if isinstance(engine, AsyncEngine):
             raise TypeError(
-                "SyncClient takes a synchronous Engine (sqlalchemy.create_engine); with an "
-                "AsyncEngine use queuert_notify.Client"
+                "SyncClient takes a synchronous Engine (sqlalchemy.create_engine) on "
+                f"{SYNC_URLS}; an AsyncEngine ({engine.dialect.name}+{engine.dialect.driver}) "
+                "belongs to queuert_notify.Client"
             )
         if not isinstance(engine, Engine):
             raise TypeError(f"SyncClient takes an sqlalchemy Engine, got {type(engine).__name__}")
         dialect = engine.dialect
         driver = _DRIVERS.get((dialect.name, dialect.driver))
         if driver is None:
+            hint = (
+                f": {dialect.driver} is an async driver, give create_async_engine's engine "
+                "to queuert_notify.Client"
+                if dialect.is_async
+                else ""
+            )
             raise ConfigurationError(
                 f"unsupported database {dialect.name}+{dialect.driver}; SyncClient supports "
-                "postgresql+psycopg:// and sqlite:// engines"
+                f"{SYNC_URLS} engines{hint}"
             )
         self.engine = engine
         # Never connected: it compiles the statements for the same database.

@@ -38,16 +38,25 @@ _TRANSIENT_SQLSTATES = frozenset(
 )
 
 
+def sqlstate_of(error: object) -> str | None:
+    """The SQLSTATE of a driver's error: ``sqlstate`` on psycopg 3 and SQLAlchemy's
+    asyncpg adapter, ``pgcode`` on psycopg2; None when it has none."""
+    code = getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
+    return code if isinstance(code, str) else None
+
+
 def is_connection_loss(exc: BaseException) -> bool:
     """True when ``exc`` says the database could not be reached: the connection died
     under the call, connecting failed (refused, reset, timed out: no SQLSTATE), a
     connection exception (SQLSTATE class 08), or a server starting up or shutting
     down. Never for constraint violations, bad SQL, lock or statement timeouts."""
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True  # asyncpg's connect raises the socket's error itself
     if not isinstance(exc, DBAPIError):
         return False
     if exc.connection_invalidated:
         return True
-    sqlstate = getattr(exc.orig, "sqlstate", None)
+    sqlstate = sqlstate_of(exc.orig)
     if sqlstate is None:
         # psycopg raises an OperationalError without a SQLSTATE when it cannot talk to
         # the server at all ("connection failed: ... Connection refused", "server

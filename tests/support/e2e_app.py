@@ -11,6 +11,7 @@ the row commits exactly when the job's completion does: counting rows per job pr
 exactly-once completion across processes. With ``QT_MODE=staged`` the row commits in a
 transaction of its own just before the completion (at least once).
 
+``QT_CONNECT_ARGS`` (JSON) goes to the engine's ``connect_args`` (behind PgBouncer).
 ``QT_SCHEDULE_EVERY`` (seconds) gives the worker a schedule ``e2e-every`` that starts an
 ``effect`` chain every that many seconds; ``QT_RETENTION`` (seconds) prunes finished chains.
 
@@ -21,6 +22,7 @@ every attempt) before the row is written.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from datetime import timedelta
 from typing import Any
@@ -76,7 +78,11 @@ def build_worker() -> Worker:
     worker_id = os.environ.get("QT_WORKER_ID", f"proc-{os.getpid()}")
     concurrency = int(os.environ.get("QT_CONCURRENCY", "8"))
     # Atomic handlers hold a connection each, plus the claim loop and renewals.
-    engine = create_async_engine(os.environ["QT_DATABASE_URL"], pool_size=concurrency + 4)
+    engine = create_async_engine(
+        os.environ["QT_DATABASE_URL"],
+        pool_size=concurrency + 4,
+        connect_args=json.loads(os.environ.get("QT_CONNECT_ARGS", "{}")),
+    )
     effects = effects_table(table_prefix)
     client = Client(
         state=SqlAlchemyStateAdapter(engine, table_prefix=table_prefix), notify=_notify()

@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuert_notify.client.client import Client
 from queuert_notify.notify.protocol import NotifyAdapter
-from tests.support.queue_helpers import delete_notify_state, drop_tables, make_notify
+from tests.conftest import with_driver
+from tests.support.queue_helpers import delete_notify_state, drop_tables, make_notify, sync_url
 
 
 @pytest.fixture
@@ -36,7 +37,8 @@ def notify_kind(request: pytest.FixtureRequest) -> str:
 def database_url(state_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if state_kind == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path}/jobs.db"
-    return str(request.getfixturevalue("postgres_url"))
+    url = str(request.getfixturevalue("postgres_url"))
+    return with_driver(url, "asyncpg") if state_kind == "asyncpg" else url
 
 
 @pytest.fixture
@@ -85,7 +87,7 @@ async def client(state: Any, notify: NotifyAdapter) -> AsyncIterator[Client]:
 def sync_engine(database_url: str, state: Any) -> Iterator[Engine]:
     """A sync engine (for ``SyncClient``) on the test's database, whose queue tables
     ``state`` migrated."""
-    engine = create_engine(database_url.replace("+aiosqlite", ""))
+    engine = create_engine(sync_url(database_url))
     try:
         yield engine
     finally:

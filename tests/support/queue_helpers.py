@@ -28,7 +28,18 @@ from queuert_notify.notify.redis.adapter import WakeMode
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_helpers import delete_prefix
 
-STATE_KINDS = ["sqlite", "postgres"]
+STATE_KINDS = ["sqlite", "postgres", "asyncpg"]
+"""``postgres`` is psycopg 3; ``asyncpg`` is Postgres through asyncpg (and psycopg2 for a
+sync engine: :func:`sync_url`)."""
+
+
+def sync_url(database_url: str) -> str:
+    """The sync engine's URL on the database of a test's async ``database_url``: SQLite
+    on its stdlib driver, Postgres on psycopg 3, or on psycopg2 where the async engine
+    is asyncpg (so each accepted driver is exercised)."""
+    return database_url.replace("+aiosqlite", "").replace("+asyncpg", "+psycopg2")
+
+
 NOTIFY_KINDS = [
     "noop",
     "in_process",

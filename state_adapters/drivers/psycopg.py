@@ -1,0 +1,46 @@
+"""psycopg 3 (sync and asyncio engines)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class Psycopg:
+    """psycopg prepares a statement on the server once it ran ``prepare_threshold``
+    times (5 by default) on a connection, and keeps it for the connection's life.
+
+    Statements on the driver connection: psycopg opens a transaction on a connection's
+    first statement by itself (unless it is in autocommit), exactly as under SQLAlchemy,
+    whose ``begin()`` sends nothing; so a statement sent here joins the transaction
+    SQLAlchemy then commits or rolls back. The connection's ``prepare_threshold``
+    applies as to any statement."""
+
+    name = "psycopg"
+    pooler_connect_args: dict[str, Any] = {"prepare_threshold": None}
+
+    def keeps_prepared_statements(self, dbapi_connection: Any) -> bool:
+        return _driver(dbapi_connection).prepare_threshold is not None
+
+    def reported_backend_pid(self, dbapi_connection: Any) -> int:
+        return int(_driver(dbapi_connection).info.backend_pid)
+
+    async def fetch(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
+        cursor = await dbapi_connection.driver_connection.execute(sql, arguments)
+        if cursor.description is None:
+            return ()
+        rows: Sequence[Any] = await cursor.fetchall()
+        return rows
+
+    def fetch_sync(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
+        cursor = dbapi_connection.execute(sql, arguments)
+        if cursor.description is None:
+            return ()
+        rows: Sequence[Any] = cursor.fetchall()
+        return rows
+
+
+def _driver(dbapi_connection: Any) -> Any:
+    """The psycopg connection: SQLAlchemy's asyncio adapter wraps it, the sync dialect
+    hands it over as it is."""
+    return getattr(dbapi_connection, "driver_connection", dbapi_connection)

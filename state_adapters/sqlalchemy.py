@@ -57,6 +57,7 @@ from state_adapters.steps.chain_reads import ChainReads
 from state_adapters.steps.completion import claim_jobs, complete, ownership_lost
 from state_adapters.steps.health import HealthCheck
 from state_adapters.steps.inspection import Inspection
+from state_adapters.steps.job_logs import JobLogMethods
 from state_adapters.steps.operations import QueueOperations
 from state_adapters.steps.type_controls import TypeControlMethods, TypeControls
 from state_adapters.transactions.calls import Transactions
@@ -69,7 +70,13 @@ if TYPE_CHECKING:
 
 
 class SqlAlchemyStateAdapter(
-    ChainActions, ChainReads, HealthCheck, Inspection, QueueOperations, TypeControlMethods
+    ChainActions,
+    ChainReads,
+    HealthCheck,
+    Inspection,
+    JobLogMethods,
+    QueueOperations,
+    TypeControlMethods,
 ):
     """Job state in the application's own Postgres or SQLite database.
 

@@ -17,7 +17,13 @@ from queuert_notify.errors import InvalidInputError, WaitChainTimeoutError
 from queuert_notify.observe import instrumentation
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 from state_adapters.health import HealthReport, HealthThresholds
-from state_adapters.model import FINAL_STATUSES, ChainRecord, DedupScope, StartedChain
+from state_adapters.model import (
+    FINAL_STATUSES,
+    ChainRecord,
+    DedupScope,
+    JobLogLine,
+    StartedChain,
+)
 from state_adapters.schema import DEFAULT_TABLE_PREFIX
 from state_adapters.sync.state import SyncSession, SyncStateAdapter
 
@@ -133,6 +139,12 @@ class SyncClient:
         """The chain as stored; raises ``ChainNotFoundError``."""
         return self._state.read(
             session, lambda state, conn, _: state.get_chain(chain_id, session=conn)
+        )
+
+    def job_logs(self, job_id: str, *, after: tuple[int, int] | None = None) -> list[JobLogLine]:
+        """The lines job ``job_id`` logged, in order (see :meth:`Client.job_logs`)."""
+        return self._state.read(
+            None, lambda state, conn, _: state.job_logs(job_id, after=after, session=conn)
         )
 
     def await_chain(

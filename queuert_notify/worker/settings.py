@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Literal
 
 from queuert_notify.errors import InvalidInputError
+from queuert_notify.job_logs.attempt_log import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES
 from queuert_notify.maintenance.pruner import check_retention
 from queuert_notify.maintenance.schedules import Schedule, check_schedules
 from state_adapters.validation import check_positive_int, check_seconds
@@ -37,6 +38,8 @@ class WorkerSettings:
     loop_lag_threshold: float | None = 0.5
     schedules: tuple[Schedule, ...] = ()
     retention: timedelta | None = None
+    job_log_lines: int = DEFAULT_MAX_LINES
+    job_log_bytes: int = DEFAULT_MAX_BYTES
 
     def __post_init__(self) -> None:
         check_positive_int(self.concurrency, "concurrency")
@@ -44,6 +47,8 @@ class WorkerSettings:
         check_seconds(self.lease, "lease", allow_zero=False)
         check_seconds(self.drain_timeout, "drain_timeout", allow_zero=True)
         check_positive_int(self.completion_batch_size, "completion_batch_size")
+        check_positive_int(self.job_log_lines, "job_log_lines")
+        check_positive_int(self.job_log_bytes, "job_log_bytes")
         if self.handler_timeout is not None:
             check_seconds(self.handler_timeout, "handler_timeout", allow_zero=False)
         if self.reap_interval is not None:

@@ -95,6 +95,8 @@ class Worker:
         loop_lag_threshold: float | None = 0.5,
         schedules: Sequence[Schedule] = (),
         retention: timedelta | None = None,
+        job_log_lines: int = 1000,
+        job_log_bytes: int = 256 * 1024,
     ) -> None:
         """
         ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter``
@@ -108,7 +110,7 @@ class Worker:
         be blocked before a warning names the running jobs (``None``: no watchdog);
         ``schedules``: :class:`Schedule` s whose chains this worker starts, one per tick
         across all workers; ``retention``: delete chains that finished longer ago than
-        this (``None``: keep them) -- see docs/operations.md.
+        this (``None``: keep them) -- docs/operations.md; ``job_log_*``: docs/workers.md.
         Checked here (see :class:`WorkerSettings`): a bad value raises InvalidInputError.
         """
         settings = WorkerSettings(
@@ -127,6 +129,8 @@ class Worker:
             loop_lag_threshold=loop_lag_threshold,
             schedules=tuple(schedules),
             retention=retention,
+            job_log_lines=job_log_lines,
+            job_log_bytes=job_log_bytes,
         )
         self.settings = settings
         self.client = client
@@ -253,8 +257,7 @@ class Worker:
             emit=self._emit,
             release_slot=self._release_slot,
             continued=self._continued,
-            retry_backoff=self.retry_backoff,
-            worker_id=self.worker_id,
+            settings=self.settings,
         )
         self._execution = JobExecution(
             self.client,

@@ -9,6 +9,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from state_adapters.job_log_store import JobLogStoreBase
 from state_adapters.model import (
     DEFAULT_PRUNE_BATCH_SIZE,
     UNFINISHED_STATUSES,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from state_adapters.transactions.handler_transaction import HandlerTransaction
 
 
-class StateAdapterBase:
+class StateAdapterBase(JobLogStoreBase):
     """Defaults for the worker-loop capabilities of :class:`StateAdapter`, for adapters
     without a faster way: completions and claims in separate calls, no connections
     kept; and for operating the queue: nothing is ever paused or limited, and pausing

@@ -157,7 +157,20 @@ def database_for(
 
 
 def check_supported(engine: AsyncEngine) -> None:
-    """Raise ``ConfigurationError`` unless the engine's driver is one of :data:`ASYNC_URLS`."""
+    """Raise ``ConfigurationError`` unless ``engine`` is an ``AsyncEngine`` whose driver is
+    one of :data:`ASYNC_URLS` (a synchronous engine's error names ``SyncClient``)."""
+    if not isinstance(engine, AsyncEngine):
+        hint = (
+            f" ({engine.dialect.name}+{engine.dialect.driver}); a synchronous engine "
+            "belongs to queuert_notify.SyncClient"
+            if isinstance(engine, Engine)
+            else ""
+        )
+        raise ConfigurationError(
+            "SqlAlchemyStateAdapter needs an AsyncEngine "
+            f"(sqlalchemy.ext.asyncio.create_async_engine) on {ASYNC_URLS}, "
+            f"got {type(engine).__name__}{hint}"
+        )
     dialect = engine.dialect
     if (dialect.name, dialect.driver) not in _SUPPORTED:
         url = mask_url(engine.url.render_as_string(hide_password=False))

@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from state_adapters.job_log_store import JobLogStore
 from state_adapters.model import (
     DEFAULT_PRUNE_BATCH_SIZE,
     ChainLinks,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
 
 
-class StateAdapter(Protocol):
+class StateAdapter(JobLogStore, Protocol):
     """Durable job state. See the module docstring for sessions and ``notes``."""
 
     @property
@@ -308,7 +309,7 @@ class StateAdapter(Protocol):
         """Every type that is paused or limited, by name."""
         ...
 
-    # -- the worker registry (state_adapters.steps.workers) ------------------------------
+    # -- the worker registry (state_adapters.steps.operations) ------------------------------
 
     async def record_worker(
         self,

@@ -32,6 +32,8 @@ retention finds the oldest finished chains without scanning the table.
   row: the type runs unlimited. Claims of a limited type lock its row.
 - ``{prefix}workers``: the running workers, one row each, written when a worker starts,
   on each of its reaper's ticks (the heartbeat) and deleted when it stops cleanly.
+- ``{prefix}job_logs``: the lines a job logged (``ctx.log``, ``JobLogHandler``), per
+  attempt, numbered by ``seq`` from 1 within the attempt; deleted with the job's chain.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ WORKER_ID_LENGTH = 255
 CONCURRENCY_KEY_LENGTH = 255
 STATUS_LENGTH = 16
 SCHEDULE_NAME_LENGTH = 200
+LOG_LEVEL_LENGTH = 16
 
 SETTLED_ASIDE = "status IN ('blocked', 'failed', 'cancelled')"
 """The predicate of ``jobs_status_chain_ix``: the statuses a job reaches off the hot path
@@ -140,6 +143,7 @@ class Tables:
     schedules: Table
     type_controls: Table
     workers: Table
+    job_logs: Table
     table_prefix: str
     schema: str | None
 
@@ -347,8 +351,31 @@ def make_tables(
         Column("started_at", timestamp(), nullable=False),
         Column("heartbeat_at", timestamp(), nullable=False),
     )
+    job_logs = Table(
+        f"{p}job_logs",
+        metadata,
+        Column("job_id", String(ID_LENGTH), nullable=False),
+        Column("attempt", Integer, nullable=False),
+        Column("seq", Integer, nullable=False),
+        Column("at", timestamp(), nullable=False),
+        Column("level", String(LOG_LEVEL_LENGTH), nullable=False),
+        Column("message", Text, nullable=False),
+        Column("fields", json_type(), nullable=True),
+        # A job's lines in order, and the lines after a position (follow).
+        Index(f"{p}job_logs_ix", "job_id", "attempt", "seq"),
+    )
     return Tables(
-        metadata, chains, jobs, blockers, dedup_keys, schedules, type_controls, workers, p, schema
+        metadata,
+        chains,
+        jobs,
+        blockers,
+        dedup_keys,
+        schedules,
+        type_controls,
+        workers,
+        job_logs,
+        p,
+        schema,
     )
 
 

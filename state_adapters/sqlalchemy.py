@@ -18,7 +18,7 @@ starting (:mod:`state_adapters.steps.starting`), completing
 (:mod:`state_adapters.steps.completion`), chains becoming final
 (:mod:`state_adapters.steps.finishing`), chain actions (:mod:`state_adapters.steps.chain_actions`),
 retention, schedule ticks and the worker registry
-(:mod:`state_adapters.steps.operations`, :mod:`state_adapters.steps.workers`), the health
+(:mod:`state_adapters.steps.operations`), the health
 report (:mod:`state_adapters.steps.health`);
 what differs between Postgres and SQLite is asked of the
 :class:`~state_adapters.database.Database` chosen at construction.
@@ -31,14 +31,13 @@ from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from state_adapters import arguments, validation
 from state_adapters.arguments import check_type_names, check_worker_id
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
-from state_adapters.database import ASYNC_URLS, database_for
+from state_adapters.database import database_for
 from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.migrations import missing_tables
 from state_adapters.migrations.schema_methods import SchemaMethods
@@ -60,6 +59,7 @@ from state_adapters.steps.chain_reads import ChainReads
 from state_adapters.steps.completion import claim_jobs, complete, ownership_lost
 from state_adapters.steps.health import HealthCheck
 from state_adapters.steps.inspection import Inspection
+from state_adapters.steps.job_logs import JobLogMethods
 from state_adapters.steps.operations import QueueOperations
 from state_adapters.steps.type_controls import TypeControlMethods, TypeControls
 from state_adapters.transactions.calls import Transactions
@@ -77,6 +77,7 @@ class SqlAlchemyStateAdapter(
     ChainReads,
     HealthCheck,
     Inspection,
+    JobLogMethods,
     QueueOperations,
     TypeControlMethods,
 ):
@@ -105,18 +106,6 @@ class SqlAlchemyStateAdapter(
         backoff_cap: float = DEFAULT_BACKOFF_CAP,
         sqlite_synchronous: SqliteSynchronous = SQLITE_SYNCHRONOUS,
     ) -> None:
-        if not isinstance(engine, AsyncEngine):
-            hint = (
-                f" ({engine.dialect.name}+{engine.dialect.driver}); a synchronous engine "
-                "belongs to queuert_notify.SyncClient"
-                if isinstance(engine, Engine)
-                else ""
-            )
-            raise ConfigurationError(
-                "SqlAlchemyStateAdapter needs an AsyncEngine "
-                f"(sqlalchemy.ext.asyncio.create_async_engine) on {ASYNC_URLS}, "
-                f"got {type(engine).__name__}{hint}"
-            )
         tables = make_tables(table_prefix, schema)
         database = database_for(engine, tables, sqlite_synchronous=sqlite_synchronous)
         if not (0 <= backoff_base <= backoff_cap):

@@ -64,17 +64,17 @@ async def test_lease_is_renewed_while_a_long_handler_runs(client: Client) -> Non
 
     async def handler(job: Job, ctx: JobContext) -> str:
         runs.append(job.attempt)
-        await asyncio.sleep(5.0)
+        await asyncio.sleep(7.5)
         return "finished"
 
     chain = await client.start_chain("long")
-    # The handler outlives the lease more than once. The lease leaves room for the
-    # event loop to stall on a loaded machine (0.7 s was seen in CI): a stall longer
-    # than two thirds of a lease costs the lease, as it would in production.
+    # The handler outlives the lease twice. The lease leaves room for the event loop to
+    # stall on a loaded machine (2 s and more): a stall longer than two thirds of a
+    # lease costs the lease, as it would in production.
     async with (
-        Worker(client, {"long": handler}, lease=3.0, worker_id="runner"),
+        Worker(client, {"long": handler}, lease=3.6, worker_id="runner"),
         # A second worker reaping eagerly: it must find nothing expired.
-        Worker(client, {"long": handler}, lease=3.0, reap_interval=0.1, poll_interval=0.1),
+        Worker(client, {"long": handler}, lease=3.6, reap_interval=0.1, poll_interval=0.1),
     ):
         done = await client.await_chain(chain.id, timeout=20)
     assert done.output == "finished"

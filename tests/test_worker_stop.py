@@ -55,7 +55,7 @@ async def test_stop_cancels_handlers_still_running_after_the_drain_timeout(
         await asyncio.wait_for(started.wait(), 5)
         began = time.monotonic()
         await worker.stop()
-        assert time.monotonic() - began < 2
+        assert time.monotonic() - began < 10  # the handler would take 30 s
     # Still leased: it is retried by any worker once the lease expires.
     assert (await client.get_chain(chain.id)).status == "running"
     assert [e.kind for e in events] == ["started", "abandoned"]
@@ -76,7 +76,7 @@ async def test_forced_stop_skips_the_drain(client: Client) -> None:
         await asyncio.wait_for(started.wait(), 5)
         began = time.monotonic()
         await worker.stop(force=True)
-        assert time.monotonic() - began < 2
+        assert time.monotonic() - began < 10  # the drain would take 30 s
     assert other_tasks() == set()
 
 

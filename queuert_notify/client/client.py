@@ -37,6 +37,7 @@ from state_adapters.model import (
     FINAL_STATUSES,
     ChainRecord,
     DedupScope,
+    JobLogLine,
     JobRecord,
     JobStatus,
     Page,
@@ -320,6 +321,13 @@ class Client(ChainActions, QueueOperations):
     async def get_job(self, job_id: str, *, session: CallerSession = None) -> JobRecord:
         """The job as stored now; raises ``JobNotFoundError``."""
         return await self._retried(session, lambda: self.state.get_job(job_id, session=session))
+
+    async def job_logs(
+        self, job_id: str, *, after: tuple[int, int] | None = None
+    ) -> list[JobLogLine]:
+        """The lines job ``job_id`` logged (``ctx.log``, ``JobLogHandler``) by attempt, in
+        order; ``after=(line.attempt, line.seq)`` of the last line read gives the later ones."""
+        return await self._retried(None, lambda: self.state.job_logs(job_id, after=after))
 
     async def list_chains(
         self,

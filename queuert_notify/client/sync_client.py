@@ -22,6 +22,7 @@ from state_adapters.model import (
     FINAL_STATUSES,
     ChainRecord,
     DedupScope,
+    JobLogLine,
     JobRecord,
     JobStatus,
     Page,
@@ -145,6 +146,12 @@ class SyncClient(SyncQueueOperations):
         """The chain as stored; raises ``ChainNotFoundError``."""
         return self._state.read(
             session, lambda state, conn, _: state.get_chain(chain_id, session=conn)
+        )
+
+    def job_logs(self, job_id: str, *, after: tuple[int, int] | None = None) -> list[JobLogLine]:
+        """The lines job ``job_id`` logged, in order (see :meth:`Client.job_logs`)."""
+        return self._state.read(
+            None, lambda state, conn, _: state.job_logs(job_id, after=after, session=conn)
         )
 
     def await_chain(

@@ -1,4 +1,4 @@
-"""A worker's row in the worker registry (:mod:`state_adapters.steps.workers`): written
+"""A worker's row in the worker registry (:mod:`state_adapters.steps.operations`): written
 when it starts, refreshed on a timer at the reaper's pace (one write per tick, nothing
 per job), deleted when it stops; and the warning about job types that no live worker
 handles."""
@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from state_adapters.outage_log import OutageLog
 from state_adapters.protocol import StateAdapter
-from state_adapters.steps.workers import known_types, unhandled_line, unhandled_types
+from state_adapters.steps.operations import known_types, unhandled_line, unhandled_types
 
 logger = logging.getLogger(__name__)
 

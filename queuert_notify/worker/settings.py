@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Literal
 
 from queuert_notify.errors import InvalidInputError
+from queuert_notify.job_logs.attempt_log import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES
 from queuert_notify.maintenance.pruner import check_retention
 from queuert_notify.maintenance.schedules import Schedule, check_schedules
 from state_adapters.validation import check_positive_int, check_seconds
@@ -33,7 +34,8 @@ class WorkerSettings:
     per tick across all workers; ``retention``: delete chains that finished longer ago
     than this (``None``: keep them) -- see docs/operations.md; ``startup_timeout``:
     seconds ``run()`` waits for a database that does not answer before its one-line
-    ``ConfigurationError`` (see docs/workers.md)."""
+    ``ConfigurationError`` (see docs/workers.md); ``job_log_lines`` /
+    ``job_log_bytes``: ``ctx.log`` lines kept per attempt (docs/workers.md)."""
 
     concurrency: int = 10
     poll_interval: float = 60.0
@@ -51,6 +53,8 @@ class WorkerSettings:
     schedules: tuple[Schedule, ...] = ()
     retention: timedelta | None = None
     startup_timeout: float = 30.0
+    job_log_lines: int = DEFAULT_MAX_LINES
+    job_log_bytes: int = DEFAULT_MAX_BYTES
 
     def __post_init__(self) -> None:
         check_positive_int(self.concurrency, "concurrency")
@@ -59,6 +63,8 @@ class WorkerSettings:
         check_seconds(self.drain_timeout, "drain_timeout", allow_zero=True)
         check_seconds(self.startup_timeout, "startup_timeout", allow_zero=True)
         check_positive_int(self.completion_batch_size, "completion_batch_size")
+        check_positive_int(self.job_log_lines, "job_log_lines")
+        check_positive_int(self.job_log_bytes, "job_log_bytes")
         if self.handler_timeout is not None:
             check_seconds(self.handler_timeout, "handler_timeout", allow_zero=False)
         if self.reap_interval is not None:

@@ -96,6 +96,8 @@ class Worker:
         schedules: Sequence[Schedule] = (),
         retention: timedelta | None = None,
         startup_timeout: float = 30.0,
+        job_log_lines: int = 1000,
+        job_log_bytes: int = 256 * 1024,
     ) -> None:
         """The keyword arguments are :class:`WorkerSettings`' (documented there) and
         ``on_event``: called with a :class:`WorkerEvent` for every started/completed/
@@ -118,6 +120,8 @@ class Worker:
             schedules=tuple(schedules),
             retention=retention,
             startup_timeout=startup_timeout,
+            job_log_lines=job_log_lines,
+            job_log_bytes=job_log_bytes,
         )
         self.settings = settings
         self.client = client
@@ -245,8 +249,7 @@ class Worker:
             emit=self._emit,
             release_slot=self._release_slot,
             continued=self._continued,
-            retry_backoff=self.retry_backoff,
-            worker_id=self.worker_id,
+            settings=self.settings,
         )
         self._execution = JobExecution(
             self.client,

@@ -5,8 +5,8 @@ Created only when missing: tables adopted from the application's own Alembic
 (``make_metadata``) already have it, and adoption stamps the last revision that changed
 tables before this one.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from alembic import op
 
 from state_adapters.schema import Tables, json_type
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

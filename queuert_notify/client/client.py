@@ -16,8 +16,6 @@ from contextlib import suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.exc import DBAPIError
-
 from queuert_notify.client.chain_actions import ChainActions
 from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.client.operations import QueueOperations
@@ -404,7 +402,7 @@ class Client(ChainActions, QueueOperations):
         until = asyncio.get_running_loop().time() + self.database_timeout
         try:
             return await retry_on_connection_loss(attempt, what="a client call", until=until)
-        except (DBAPIError, OSError) as exc:  # asyncpg raises the socket's own error
+        except Exception as exc:  # the state layer judges it (drivers raise their own)
             if not is_connection_loss(exc):
                 raise
             reason = cannot_connect_reason(exc, None)

@@ -6,8 +6,6 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
-from sqlalchemy.exc import DBAPIError
-
 from queuert_notify.errors import ConfigurationError, JobNotFoundError
 from queuert_notify.worker.settings import WorkerSettings
 from state_adapters.backoff import Backoff
@@ -52,7 +50,7 @@ async def wait_for_database(state: StateAdapter, patience: float, *, worker_id: 
             await state.get_job(_NO_SUCH_JOB)
         except JobNotFoundError:
             return
-        except (DBAPIError, OSError) as exc:  # asyncpg raises the socket's own error
+        except Exception as exc:  # the state layer judges it (drivers raise their own)
             if is_refused(exc):
                 raise _cannot_connect(state, exc) from None
             if not is_connection_loss(exc):

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 
 from benchmarks import (
+    churn,
     claim_plan,
     dashboard,
     django_enqueue,
@@ -54,6 +55,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     dashboard,
     prune_impact,
     peer_queues,
+    churn,
     pgbouncer,
     health_cost,
     claim_plan,

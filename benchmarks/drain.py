@@ -14,7 +14,9 @@ Handlers do no work of their own. Modes:
   its completion is batched as in staged mode;
 - ``atomic-session``: the handler runs a statement in ``ctx.session``, so each
   completion commits in the job's own transaction (what a handler that writes
-  its own rows with its completion costs).
+  its own rows with its completion costs);
+- ``atomic-log``, ``staged-log``: as ``atomic`` and ``staged``, the handler logs one
+  line with ``ctx.log`` (written with the completion's batch: what a job's log costs).
 
 ``--instrumentation none,otel`` runs every variant also under
 ``queuert_notify.otel.instrument()`` with the OpenTelemetry SDK (a batch span processor
@@ -43,7 +45,13 @@ NAME = "drain"
 HELP = "jobs/s one worker (concurrency 10) drains a backlog of no-op jobs, atomic and staged"
 
 _FILL_BATCH = 1000
-_MODES: dict[str, WorkerMode] = {"atomic": "atomic", "staged": "staged", "atomic-session": "atomic"}
+_MODES: dict[str, WorkerMode] = {
+    "atomic": "atomic",
+    "staged": "staged",
+    "atomic-session": "atomic",
+    "atomic-log": "atomic",
+    "staged-log": "staged",
+}
 _INSTRUMENTATIONS = ("none", "otel")
 
 
@@ -57,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--modes",
         default="atomic,staged",
         help="comma-separated: atomic, staged, atomic-session (the handler runs a statement "
-        "in ctx.session, so each completion is a transaction of its own)",
+        "in ctx.session, so each completion is a transaction of its own), atomic-log, "
+        "staged-log (the handler logs one line with ctx.log)",
     )
     parser.add_argument(
         "--no-analyze",
@@ -81,6 +90,13 @@ async def _noop(job: Job, ctx: JobContext) -> None:
 async def _in_session(job: Job, ctx: JobContext) -> None:
     # A transaction begins, so the completion commits in it, alone.
     await ctx.session.execute(select(1))
+
+
+async def _one_line(job: Job, ctx: JobContext) -> None:
+    ctx.log("handled", attempt=job.attempt)
+
+
+_HANDLERS = {"atomic-session": _in_session, "atomic-log": _one_line, "staged-log": _one_line}
 
 
 async def fill(stack: stacks.Stack, jobs: int, type_name: str = "bench-noop") -> None:
@@ -152,7 +168,7 @@ def _variant(
 
             worker = Worker(
                 await stack.new_client(),
-                {"bench-noop": _in_session if mode == "atomic-session" else _noop},
+                {"bench-noop": _HANDLERS.get(mode, _noop)},
                 concurrency=args.concurrency,
                 mode=_MODES[mode],
                 on_event=on_event,

@@ -16,6 +16,7 @@ from queuert_notify.errors import (
     WaitChainTimeoutError,
 )
 from queuert_notify.events import WorkerEvent
+from queuert_notify.job_logs import JobLogHandler
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.maintenance.schedules import Schedule
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
@@ -60,6 +61,7 @@ __all__ = [
     "InvalidInputError",
     "Job",
     "JobContext",
+    "JobLogHandler",
     "JobNotFoundError",
     "JobOwnershipLostError",
     "NatsNotifyAdapter",

@@ -23,6 +23,7 @@ from state_adapters.model import ContinueWith, JobRecord
 from state_adapters.protocol import StateAdapter
 
 if TYPE_CHECKING:
+    from queuert_notify.job_logs.attempt_log import AttemptLog
     from state_adapters.transactions.handler_transaction import HandlerTransaction
 from state_adapters.validation import check_json, check_type_name, new_job
 
@@ -97,9 +98,11 @@ class JobContext:
         no_session_reason: str = "ctx.session is not available here",
         on_progress: Callable[[Any], None],
         on_lease_renewed: Callable[[datetime], None],
+        log: AttemptLog,
         trace: RunTrace = NO_RUN_TRACE,
     ) -> None:
         self.job = job
+        self._log = log
         self.worker_id = worker_id
         self._state = state
         self._lease_token = lease_token
@@ -137,6 +140,14 @@ class JobContext:
         check_json(progress, "progress")
         await self._state.set_progress(self.job.id, self._lease_token, progress)
         self._on_progress(progress)
+
+    def log(self, message: str, **fields: Any) -> None:
+        """Add a line to this attempt's log (read with ``client.job_logs(job.id)``), with
+        small JSON ``fields``. Never waits for the database: lines are written in batches
+        while the job runs (at most a second apart) and with its outcome; past the
+        worker's bound per attempt (``job_log_lines``, ``job_log_bytes``) lines are
+        counted and dropped. Safe from a plain ``def`` handler's thread."""
+        self._log.add("INFO", str(message), fields or None)
 
     async def heartbeat(self) -> None:
         """Extend the lease now and confirm this run still owns the job.

@@ -9,6 +9,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from state_adapters.job_log_store import JobLogStoreBase
 from state_adapters.model import (
     DEFAULT_PRUNE_BATCH_SIZE,
     UNFINISHED_STATUSES,
@@ -21,6 +22,7 @@ from state_adapters.model import (
     QueueOverview,
     StartedChain,
     TypeLimits,
+    WorkerRecord,
 )
 
 if TYPE_CHECKING:
@@ -31,12 +33,16 @@ if TYPE_CHECKING:
     from state_adapters.transactions.handler_transaction import HandlerTransaction
 
 
-class StateAdapterBase:
+class StateAdapterBase(JobLogStoreBase):
     """Defaults for the worker-loop capabilities of :class:`StateAdapter`, for adapters
     without a faster way: completions and claims in separate calls, no connections
     kept; and for operating the queue: nothing is ever paused or limited, and pausing
     or setting limits raises ``ConfigurationError``. Subclass it and implement the
     rest of the protocol."""
+
+    @property
+    def address(self) -> str:
+        return type(self).__name__
 
     async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
         raise _unsupported(self, "pause_type")
@@ -61,6 +67,27 @@ class StateAdapterBase:
 
     async def type_controls(self) -> list[TypeLimits]:
         return []
+
+    async def record_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        pid: int,
+        type_names: Sequence[str],
+        slots: int,
+        starting: bool = False,
+    ) -> None:
+        return None  # no registry: workers are not listed
+
+    async def forget_worker(self, worker_id: str) -> None:
+        return None
+
+    async def workers(self) -> list[WorkerRecord]:
+        return []
+
+    async def due_jobs_by_type(self) -> Mapping[str, int]:
+        return {}
 
     @property
     def completes_with_claims(self) -> bool:

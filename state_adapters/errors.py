@@ -8,6 +8,10 @@ credentials (URLs are shown with their password masked).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 
 class QueuertError(Exception):
@@ -40,6 +44,41 @@ class InvalidInputError(QueuertError, ValueError):
 
 class ChainInUseError(QueuertError):
     """A chain cannot be deleted because other jobs are still blocked on it."""
+
+
+class DatabaseUnavailableError(QueuertError):
+    """A client operation gave up after its bounded wait (``Client(database_timeout=...)``)
+    for a database that does not answer; the message names the address (password
+    masked) and the driver's one-line reason."""
+
+
+def cannot_connect_reason(exc: BaseException, password: str | None) -> str:
+    """The first line of the driver's message for a failed connection (the error
+    SQLAlchemy wraps, if any), with ``password`` masked should the driver echo it."""
+    reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    return reason.replace(password, "***") if password else reason
+
+
+def cannot_connect(address: str, reason: str, *, sqlite: bool) -> str:
+    """The one line every entry point (CLI, ``migrate()``, clients, workers) says about a
+    database it cannot connect to: where (``address``, password masked by the caller),
+    why, and what to check."""
+    hint = (
+        "does its directory exist, and may this user write there?"
+        if sqlite
+        else "is the server running, and are the address and credentials right?"
+    )
+    return f"cannot connect to the database at {address}: {reason}; {hint}"
+
+
+def unreachable(url: URL, exc: BaseException) -> ConfigurationError:
+    """:func:`cannot_connect` as the :class:`ConfigurationError` of a connection to
+    ``url`` that failed with ``exc`` (``migrate()``, a worker's start)."""
+    address = mask_url(url.render_as_string(hide_password=False))
+    reason = cannot_connect_reason(exc, url.password)
+    return ConfigurationError(
+        cannot_connect(address, reason, sqlite=url.get_backend_name() == "sqlite")
+    )
 
 
 def mask_url(url: str, *, user_is_secret: bool = False) -> str:

@@ -129,6 +129,25 @@ class ContinueWith:
     job: NewJob
 
 
+LogPosition = tuple[int, int]
+"""A line's place in its job's log: ``(attempt, seq)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobLogLine:
+    """One line a job logged: the ``seq``-th (from 1) of its ``attempt``."""
+
+    job_id: str
+    attempt: int
+    seq: int
+    at: datetime
+    level: str
+    """A ``logging`` level name: ``"INFO"``, ``"WARNING"`` ..."""
+    message: str
+    fields: Mapping[str, Any] | None = None
+    """Small JSON values given with the line (``ctx.log(message, **fields)``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
     """Finish a leased job with an output, or by continuing the chain."""
@@ -137,6 +156,8 @@ class Completion:
     lease_token: str
     output: Any = None
     continue_with: ContinueWith | None = None
+    log_lines: Sequence[JobLogLine] = ()
+    """The job's last log lines, written in the completion's transaction if it holds."""
     validated: bool = field(default=False, repr=False, compare=False)
     """Set by :func:`state_adapters.validation.completion` only (see ``NewJob``)."""
 
@@ -147,6 +168,29 @@ class FailureOutcome:
 
     status: Literal["pending", "failed"]
     retry_at: datetime | None
+
+
+WORKER_DEAD_AFTER = 180.0
+"""Seconds without a heartbeat after which a worker counts as dead (a live one beats at
+least every minute, with its reaper's tick)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """One worker as it recorded itself (:meth:`StateAdapter.workers`): ``type_names``
+    it handles, ``slots`` (its concurrency), when it started and last beat."""
+
+    id: str
+    host: str
+    pid: int
+    type_names: tuple[str, ...]
+    slots: int
+    started_at: datetime
+    heartbeat_at: datetime
+
+    def alive(self, now: datetime) -> bool:
+        """Beat within :data:`WORKER_DEAD_AFTER` seconds of ``now``."""
+        return (now - self.heartbeat_at).total_seconds() <= WORKER_DEAD_AFTER
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,7 +168,18 @@ class NotificationBuffer:
 
 
 _outages: weakref.WeakKeyDictionary[Publisher, OutageLog] = weakref.WeakKeyDictionary()
-_outage_of_unhashable = OutageLog(logger, "sending a notification")
+PUBLISH_WARNING_INTERVAL = 60.0
+"""While publishes keep failing, one WARNING line (the error's first line, no traceback)
+per this many seconds; the outage's end is one INFO line."""
+
+
+def _publish_outage() -> OutageLog:
+    return OutageLog(
+        logger, "sending a notification", interval=PUBLISH_WARNING_INTERVAL, tracebacks=False
+    )
+
+
+_outage_of_unhashable = _publish_outage()
 _POLL_INSTEAD = "workers will find the change on their next poll"
 
 
@@ -176,7 +187,7 @@ async def _send(notify: Publisher, what: str, call: Any) -> None:
     try:
         outage = _outages.get(notify)
         if outage is None:
-            outage = _outages[notify] = OutageLog(logger, "sending a notification")
+            outage = _outages[notify] = _publish_outage()
     except TypeError:  # an adapter that cannot be hashed or weakly referenced
         outage = _outage_of_unhashable
     try:

@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from state_adapters.job_log_store import JobLogStore
 from state_adapters.model import (
     DEFAULT_PRUNE_BATCH_SIZE,
     ChainLinks,
@@ -28,6 +29,7 @@ from state_adapters.model import (
     QueueOverview,
     StartedChain,
     TypeLimits,
+    WorkerRecord,
 )
 
 # Only type-checking imports from queuert_notify: it imports this module at
@@ -43,11 +45,17 @@ if TYPE_CHECKING:
     CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
 
 
-class StateAdapter(Protocol):
+class StateAdapter(JobLogStore, Protocol):
     """Durable job state. See the module docstring for sessions and ``notes``."""
 
-    async def migrate(self) -> None:
-        """Create or upgrade the schema; idempotent and safe to run concurrently."""
+    @property
+    def address(self) -> str:
+        """Where the state is kept, for messages and logs (a URL's password masked)."""
+        ...
+
+    async def migrate(self, *, adopt: bool = False) -> None:
+        """Create or upgrade the schema; idempotent and safe to run concurrently.
+        ``adopt``: take over matching tables created by someone else."""
         ...
 
     async def start_chains(
@@ -299,6 +307,34 @@ class StateAdapter(Protocol):
 
     async def type_controls(self) -> list[TypeLimits]:
         """Every type that is paused or limited, by name."""
+        ...
+
+    # -- the worker registry (state_adapters.steps.operations) ------------------------------
+
+    async def record_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        pid: int,
+        type_names: Sequence[str],
+        slots: int,
+        starting: bool = False,
+    ) -> None:
+        """Write the worker's row with a fresh heartbeat (one write); ``starting``
+        (re)creates it."""
+        ...
+
+    async def forget_worker(self, worker_id: str) -> None:
+        """Delete the worker's row (a clean stop)."""
+        ...
+
+    async def workers(self) -> list[WorkerRecord]:
+        """Every recorded worker, live or dead, oldest first."""
+        ...
+
+    async def due_jobs_by_type(self) -> Mapping[str, int]:
+        """Pending jobs due now, per type that has some."""
         ...
 
     async def health(

@@ -30,6 +30,10 @@ retention finds the oldest finished chains without scanning the table.
   (running jobs, running jobs per ``jobs.concurrency_key``, starts per window),
   with what enforcing them needs (the recent starts, the next key to serve). No
   row: the type runs unlimited. Claims of a limited type lock its row.
+- ``{prefix}workers``: the running workers, one row each, written when a worker starts,
+  on each of its reaper's ticks (the heartbeat) and deleted when it stops cleanly.
+- ``{prefix}job_logs``: the lines a job logged (``ctx.log``, ``JobLogHandler``), per
+  attempt, numbered by ``seq`` from 1 within the attempt; deleted with the job's chain.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ WORKER_ID_LENGTH = 255
 CONCURRENCY_KEY_LENGTH = 255
 STATUS_LENGTH = 16
 SCHEDULE_NAME_LENGTH = 200
+LOG_LEVEL_LENGTH = 16
 
 SETTLED_ASIDE = "status IN ('blocked', 'failed', 'cancelled')"
 """The predicate of ``jobs_status_chain_ix``: the statuses a job reaches off the hot path
@@ -137,6 +142,8 @@ class Tables:
     dedup_keys: Table
     schedules: Table
     type_controls: Table
+    workers: Table
+    job_logs: Table
     table_prefix: str
     schema: str | None
 
@@ -333,7 +340,43 @@ def make_tables(
         Column("step_starts", Integer, nullable=False, server_default="0"),
         Column("earlier_starts", Integer, nullable=False, server_default="0"),
     )
-    return Tables(metadata, chains, jobs, blockers, dedup_keys, schedules, type_controls, p, schema)
+    workers = Table(
+        f"{p}workers",
+        metadata,
+        Column("id", String(WORKER_ID_LENGTH), primary_key=True),
+        Column("host", String(255), nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("type_names", json_type(), nullable=False),
+        Column("slots", Integer, nullable=False),
+        Column("started_at", timestamp(), nullable=False),
+        Column("heartbeat_at", timestamp(), nullable=False),
+    )
+    job_logs = Table(
+        f"{p}job_logs",
+        metadata,
+        Column("job_id", String(ID_LENGTH), nullable=False),
+        Column("attempt", Integer, nullable=False),
+        Column("seq", Integer, nullable=False),
+        Column("at", timestamp(), nullable=False),
+        Column("level", String(LOG_LEVEL_LENGTH), nullable=False),
+        Column("message", Text, nullable=False),
+        Column("fields", json_type(), nullable=True),
+        # A job's lines in order, and the lines after a position (follow).
+        Index(f"{p}job_logs_ix", "job_id", "attempt", "seq"),
+    )
+    return Tables(
+        metadata,
+        chains,
+        jobs,
+        blockers,
+        dedup_keys,
+        schedules,
+        type_controls,
+        workers,
+        job_logs,
+        p,
+        schema,
+    )
 
 
 def make_metadata(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None = None) -> MetaData:

@@ -17,7 +17,8 @@ Each method checks its arguments, then runs named steps in a transaction:
 starting (:mod:`state_adapters.steps.starting`), completing
 (:mod:`state_adapters.steps.completion`), chains becoming final
 (:mod:`state_adapters.steps.finishing`), chain actions (:mod:`state_adapters.steps.chain_actions`),
-retention and schedule ticks (:mod:`state_adapters.steps.operations`), the health
+retention, schedule ticks and the worker registry
+(:mod:`state_adapters.steps.operations`), the health
 report (:mod:`state_adapters.steps.health`);
 what differs between Postgres and SQLite is asked of the
 :class:`~state_adapters.database.Database` chosen at construction.
@@ -39,6 +40,7 @@ from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, re
 from state_adapters.database import database_for
 from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.migrations import missing_tables
+from state_adapters.migrations.schema_methods import SchemaMethods
 from state_adapters.model import (
     Completion,
     FailureOutcome,
@@ -57,6 +59,7 @@ from state_adapters.steps.chain_reads import ChainReads
 from state_adapters.steps.completion import claim_jobs, complete, ownership_lost
 from state_adapters.steps.health import HealthCheck
 from state_adapters.steps.inspection import Inspection
+from state_adapters.steps.job_logs import JobLogMethods
 from state_adapters.steps.operations import QueueOperations
 from state_adapters.steps.type_controls import TypeControlMethods, TypeControls
 from state_adapters.transactions.calls import Transactions
@@ -69,7 +72,14 @@ if TYPE_CHECKING:
 
 
 class SqlAlchemyStateAdapter(
-    ChainActions, ChainReads, HealthCheck, Inspection, QueueOperations, TypeControlMethods
+    SchemaMethods,
+    ChainActions,
+    ChainReads,
+    HealthCheck,
+    Inspection,
+    JobLogMethods,
+    QueueOperations,
+    TypeControlMethods,
 ):
     """Job state in the application's own Postgres or SQLite database.
 
@@ -115,26 +125,6 @@ class SqlAlchemyStateAdapter(
         self._lanes = lanes_for(database.single_writer)
         self._controls = TypeControls(database, self._transactions, self._lanes)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
-
-    # -- schema ------------------------------------------------------------------------
-
-    async def migrate(self, *, adopt: bool = False) -> None:
-        """Create or upgrade the tables to the latest shipped migration.
-
-        Idempotent, and safe when several processes run it at once: they take
-        turns (Postgres advisory lock, SQLite write lock) and all but the first
-        find nothing to do. Queue tables created by someone else (the application's
-        own Alembic) are a :class:`ConfigurationError`; with ``adopt`` they are
-        checked against the newest migration and, when they match, taken over by
-        stamping the version table (see docs/databases.md).
-        """
-        from state_adapters.migrations.runner import upgrade
-
-        async with self.engine.begin() as connection:
-            await self._db.take_migration_lock(
-                connection, f"{self.tables.schema}.{self.tables.table_prefix}"
-            )
-            await connection.run_sync(upgrade, self.tables, adopt=adopt)
 
     # -- starting chains ---------------------------------------------------------------
 

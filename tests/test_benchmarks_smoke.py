@@ -559,3 +559,58 @@ async def test_pgbouncer_reports_wake_latency_per_route_and_the_fleets_server_co
         assert f"| {row} |" in report
     assert "| asyncpg, 2 processes x 2 slots |" in report
     assert "server connections (max)" in report
+
+
+_MUST_BE_ZERO = (
+    "lost",
+    "completed twice",
+    "effects missing",
+    "over a cap",
+    "ticks started twice",
+    "ran before its blocker",
+    "unfinished jobs left",
+)
+
+
+def _table_cells(report: str) -> list[dict[str, str]]:
+    """Every row of every markdown table in ``report``, as column name -> cell."""
+    cells: list[dict[str, str]] = []
+    header: list[str] = []
+    for line in report.splitlines():
+        if not line.startswith("|"):
+            header = []
+            continue
+        values = [value.strip() for value in line.strip("|").split("|")]
+        if not header:
+            header = values
+        elif not line.startswith("|---"):
+            cells.append(dict(zip(header, values, strict=True)))
+    return cells
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # every scenario starts and kills worker processes on both databases
+async def test_churn_loses_no_job_completes_none_twice_and_holds_every_cap(
+    postgres_url: str,
+) -> None:
+    if shutil.which("redis-server") is None:
+        pytest.skip("churn starts and kills its own redis-server, which is not installed")
+    report = await run_benchmark(
+        ["churn", "--scale=0.01", "--seed=1", f"--postgres-url={postgres_url}"]
+    )
+
+    rows = _table_cells(report)
+    labels = [row.get("state") or row.get("state + notify") for row in rows]
+    assert labels == [
+        *("Postgres", "SQLite"),
+        *("Postgres + redis", "Postgres + redis-lists", "SQLite + in-process"),
+        *("Postgres", "SQLite") * 2,
+    ]
+    for row in rows:
+        for column in _MUST_BE_ZERO:
+            if column in row:
+                assert row[column] == "0", (column, row)
+    ticks = [int(row["ticks started"]) for row in rows if "ticks started" in row]
+    assert ticks and min(ticks) >= 2
+    redis_restarts = [row["Redis restarts"] for row in rows if row.get("Redis restarts")]
+    assert redis_restarts == ["2", "2", "0"]

@@ -315,7 +315,7 @@ async def test_cancel_repeated_after_a_lost_commit_returns_the_cancelled_chain(
     ended = Recorder()
     await client.notify.listen_chain_completed(chain.id, ended)
     async with LostCommit(engine, committed=True) as fault:
-        cancelled = await client.cancel(chain.id)
+        cancelled = await client.cancel_chain(chain.id)
     assert fault.fired == 1
     assert cancelled.status == "cancelled"
     assert (await client.get_chain(chain.id)).status == "cancelled"
@@ -344,7 +344,7 @@ async def test_trigger_repeated_after_a_lost_commit_makes_the_job_due_once(
     chain = await client.start_chain("t", delay=3600)
     scheduled = await listen_scheduled(client, "t")
     async with LostCommit(engine, committed=True) as fault:
-        triggered = await client.trigger(chain.id)
+        triggered = await client.trigger_chain(chain.id)
     assert fault.fired == 1
     assert triggered.status == "pending"
     assert triggered.last_job.scheduled_at <= datetime.now(UTC)

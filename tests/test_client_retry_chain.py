@@ -55,7 +55,7 @@ async def test_a_failed_chain_runs_again_from_its_last_job_with_fresh_attempts(
 
 async def test_a_cancelled_chain_runs_again(client: Client) -> None:
     chain = await client.start_chain("later", delay=3600)
-    await client.cancel(chain.id)
+    await client.cancel_chain(chain.id)
     await client.retry_chain(chain.id)
     async with Worker(client, {"later": lambda job, ctx: "ran"}):
         done = await client.await_chain(chain.id, timeout=10)
@@ -65,13 +65,13 @@ async def test_a_cancelled_chain_runs_again(client: Client) -> None:
 async def test_a_retried_chain_waits_again_for_an_unfinished_blocker(client: Client) -> None:
     blocker = await client.start_chain("blocker", delay=3600)
     waiting = await client.start_chain("waiting", blockers=[blocker.id])
-    await client.cancel(waiting.id)
+    await client.cancel_chain(waiting.id)
     await client.retry_chain(waiting.id)
     assert (await client.get_chain(waiting.id)).status == "blocked"
     async with Worker(client, {"blocker": lambda job, ctx: 1, "waiting": lambda job, ctx: 2}):
         await asyncio.sleep(0.3)
         assert (await client.get_chain(waiting.id)).status == "blocked"
-        await client.trigger(blocker.id)
+        await client.trigger_chain(blocker.id)
         done = await client.await_chain(waiting.id, timeout=10)
     assert done.output == 2
 

@@ -5,7 +5,6 @@ stored markup that never runs. Screenshots go to the test's tmp_path and, with
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify import Client, InProcessNotifyAdapter, RedisNotifyAdapter
-from queuert_notify.dashboard import create_app
-from queuert_notify.dashboard.live import REFRESH_WITH_NOTIFY
+from queuert_notify.dashboard import create_app, live
 from queuert_notify.testing import run_until_idle
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.notifications import NotificationBuffer
@@ -57,8 +55,15 @@ async def charge_card(job: Any, ctx: Any) -> None:
 
 
 async def test_an_operator_filters_follows_cancels_live_and_retries(
-    browser: Browser, postgres_url: str, redis_url: str, prefix: str, tmp_path: Path
+    browser: Browser,
+    postgres_url: str,
+    redis_url: str,
+    prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # No periodic re-read within the test: a page that updates by itself was pushed.
+    monkeypatch.setattr(live, "REFRESH_WITH_NOTIFY", 3600.0)
     engine = create_async_engine(postgres_url)
     state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
     await state.migrate()
@@ -105,11 +110,9 @@ async def test_an_operator_filters_follows_cancels_live_and_retries(
                 # Someone else cancels it in another tab; this one updates by itself.
                 other = await context.new_page()
                 await other.goto(f"{url}/chains/{target.id}")
-                started = time.monotonic()
                 await other.click("button[data-action=cancel]")
                 await expect(other.locator(".notice")).to_have_text("Chain cancelled.")
-                await expect(heading).to_have_text("cancelled", timeout=REFRESH_WITH_NOTIFY * 1000)
-                assert time.monotonic() - started < REFRESH_WITH_NOTIFY, "pushed, not re-read"
+                await expect(heading).to_have_text("cancelled", timeout=30_000)
                 assert await page.evaluate("window.__notReloaded") is True
                 await shoot(page, tmp_path, "dashboard-chain-cancelled-live")
                 await expect(page.locator("button[data-action=retry]")).to_be_visible()
@@ -182,11 +185,11 @@ async def test_stored_markup_in_inputs_outputs_and_errors_never_runs(
                 # HTML swapped in by a live update is as inert as the first render.
                 await page.goto(f"{url}/chains/{pending.id}")
                 await expect(page.locator("#live-state")).to_have_text("live")
-                await client.cancel(pending.id)
+                await client.cancel_chain(pending.id)
                 # The update is pushed, or (a cancel published before the stream
                 # subscribed) comes with the periodic re-read: either is a live update.
                 await expect(page.locator("h1 .status")).to_have_text(
-                    "cancelled", timeout=(REFRESH_WITH_NOTIFY + 10) * 1000
+                    "cancelled", timeout=(live.REFRESH_WITH_NOTIFY + 10) * 1000
                 )
                 await expect(page.locator("#live")).to_contain_text(PAYLOADS[0])
                 await _assert_inert(page)

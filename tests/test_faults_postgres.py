@@ -25,6 +25,10 @@ from tests.support.e2e_app import effects_table
 from tests.support.queue_helpers import drop_tables
 from tests.test_postgres_notify import libpq_dsn
 
+LEASE = 6.0
+"""Seconds; renewed every third of it. Kills every 0.3 s cost a renewal a retry or two,
+and a stall of a loaded machine must not cost the lease on top."""
+
 
 class BackendKiller:
     """Terminates, every ``interval`` seconds, the backends of one application_name
@@ -84,7 +88,7 @@ def _worker(client: Client, worker_id: str, mode: WorkerMode, handler: Any, even
         worker_id=worker_id,
         mode=mode,
         concurrency=4,
-        lease=3,
+        lease=LEASE,
         poll_interval=0.5,
         on_event=events.append,
     )
@@ -107,8 +111,8 @@ async def test_killed_backends_mid_run_lose_no_job_and_complete_none_twice(
     events: list[WorkerEvent] = []
 
     async def effect(job: Job, ctx: JobContext) -> dict[str, Any]:
-        # Every 50th job outlives its 3 s lease: it is kept by renewals through the kills.
-        await asyncio.sleep(4.0 if job.input["n"] % 50 == 0 else 0.005)
+        # Every 50th job outlives its lease: it is kept by renewals through the kills.
+        await asyncio.sleep(LEASE + 1.0 if job.input["n"] % 50 == 0 else 0.005)
         if mode == "atomic":
             # Commits with the completion, or not at all.
             await ctx.session.execute(

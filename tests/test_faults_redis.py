@@ -118,5 +118,5 @@ async def test_close_while_the_server_is_down_is_prompt_and_leaves_no_task(
     started = loop.time()
     await adapter.close()
 
-    assert loop.time() - started < 2.0
+    assert loop.time() - started < 4.0  # not the 5 s close_timeout; room for a stall
     assert asyncio.all_tasks() == before

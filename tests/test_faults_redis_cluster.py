@@ -200,7 +200,7 @@ async def test_close_while_a_master_is_down_is_prompt_and_leaves_no_task(
     started = loop.time()
     await adapter.close()
 
-    assert loop.time() - started < 2.0
+    assert loop.time() - started < 4.0  # not the 5 s close_timeout; room for a stall
     assert asyncio.all_tasks() == before
     await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
 

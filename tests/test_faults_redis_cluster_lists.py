@@ -155,6 +155,6 @@ async def test_close_while_a_master_is_down_is_bounded_and_leaves_no_task(
     started = loop.time()
     await consumer.close()
 
-    assert loop.time() - started < 3.0 + 1.0
+    assert loop.time() - started < 3.0 + 2.5  # close_timeout, and room for a stalled machine
     assert asyncio.all_tasks() == before
     await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)

@@ -34,17 +34,29 @@ async def state(tmp_path: Path) -> AsyncIterator[SqlAlchemyStateAdapter]:
     await engine.dispose()
 
 
+PAUSE = 6.0
+"""Seconds of CLIENT PAUSE: a start that waited for Redis would wait about this long."""
+STALL = 3.0
+"""Seconds the starts may take beyond the normal ones in all: a stall of a loaded machine
+fits, a start that waited for the paused (or blackholed) Redis does not."""
+
+
 async def _start_times(client: Client, n: int) -> list[float]:
     times = []
-    for i in range(n):
-        started = time.perf_counter()
-        await client.start_chain("t", {"i": i})
-        times.append(time.perf_counter() - started)
+    async with asyncio.timeout(30):  # a start waiting for a blackholed Redis never returns
+        for i in range(n):
+            started = time.perf_counter()
+            await client.start_chain("t", {"i": i})
+            times.append(time.perf_counter() - started)
     return times
 
 
-def _p99(times: list[float]) -> float:
-    return statistics.quantiles(times, n=100)[98]
+def _not_held_up(normal: list[float], hung: list[float]) -> None:
+    """Every start as fast as before: the typical one within a few ms (one start that a
+    stall of the machine delays moves no median), and no start waited for Redis."""
+    typical = (statistics.median(normal), statistics.median(hung))
+    assert typical[1] <= typical[0] + 0.02, typical
+    assert sum(hung) <= sum(normal) + STALL, (sum(normal), sum(hung))
 
 
 async def _noop(job: Any, ctx: Any) -> None:
@@ -62,11 +74,11 @@ async def test_start_chain_is_not_held_up_by_a_blackholed_redis(
         normal = await _start_times(client, STARTS)
         proxy.mode = "blackhole"
         hung = await _start_times(client, STARTS)
-        # Within a few ms of normal (this machine is shared: allow for its noise).
-        assert _p99(hung) <= _p99(normal) + 0.02, (_p99(normal), _p99(hung))
+        _not_held_up(normal, hung)
         closing = time.perf_counter()
         await client.close()
-        assert time.perf_counter() - closing < CLOSE_FLUSH_LIMIT + 2.0
+        # Bounded by the flush limit and the adapter's close_timeout (5 s each).
+        assert time.perf_counter() - closing < CLOSE_FLUSH_LIMIT + 5.0
     finally:
         await notify.close()
         await proxy.close()
@@ -81,9 +93,9 @@ async def test_start_chain_is_not_held_up_by_client_pause(
         state=state, notify=RedisNotifyAdapter(url=private_redis.url, prefix=prefix)
     ) as client:
         normal = await _start_times(client, STARTS)
-        await admin.execute_command("CLIENT", "PAUSE", "3000", "ALL")
+        await admin.execute_command("CLIENT", "PAUSE", str(int(PAUSE * 1000)), "ALL")
         paused = await _start_times(client, STARTS)
-        assert _p99(paused) <= _p99(normal) + 0.02, (_p99(normal), _p99(paused))
+        _not_held_up(normal, paused)
         assert sum((await state.count_jobs()).values()) == 2 * STARTS
         # Nothing was lost: once Redis answers again, a worker runs every job.
         async with Worker(client, handlers={"t": _noop}, poll_interval=3600, concurrency=10):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -149,15 +148,13 @@ async def test_a_worker_killed_holding_a_token_gives_it_back_and_another_worker_
         await wait_until(two_consumers)
         # Its start-up claim is over: it cannot find the job below by itself.
         await asyncio.wait_for(watched.claimed.wait(), timeout=10)
-        started = time.perf_counter()
         await silent.start_chain("effect")
         assert await admin.llen(held) == 1, "the dead worker's token was returned too early"
-        async with asyncio.timeout(CONSUMER_TIMEOUT + 5):
+        # Returned after the dead consumer's timeout plus a heartbeat, long before the
+        # 60 s poll (the bound leaves room for a stalled machine).
+        async with asyncio.timeout(CONSUMER_TIMEOUT + 20):
             await done.wait()
-        waited = time.perf_counter() - started
         assert worker.worker_id
-    # Returned within the dead consumer's timeout plus a heartbeat, not the poll.
-    assert waited < CONSUMER_TIMEOUT + 2, waited
     assert await admin.llen(held) == 0, "the dead consumer's processing list is empty"
     assert dead not in await admin.zrange(consumers, 0, -1)
 

@@ -84,20 +84,19 @@ async def test_redis_restart_while_2000_jobs_flow_loses_nothing_and_wakeups_come
         restarted = time.perf_counter()
         await wait_for_subscribers(url, sched, 3, within=15.0)
         # Re-subscribed and polled at once, not at the next 60 s tick.
-        await wait_until(lambda: outage_ping.id in ping_started, timeout=10, interval=0.05)
-        assert ping_started[outage_ping.id] - restarted < 10
+        await wait_until(lambda: outage_ping.id in ping_started, timeout=15, interval=0.05)
+        assert ping_started[outage_ping.id] - restarted < 15
         await enqueue(6)
         await wait_until(all_enqueued_completed, timeout=30, interval=0.2)
 
-        latencies = []
+        # Wakeups are back: each ping runs long before the 60 s poll. (How fast: the
+        # timing-marked tests of test_faults_notify_transports; this one counts.)
         for _ in range(5):
-            before = time.perf_counter()
             chain = await client.start_chain("ping")
-            await client.await_chain(chain.id, timeout=5, poll_interval=0.1)
-            latencies.append(ping_started[chain.id] - before)
+            await client.await_chain(chain.id, timeout=20, poll_interval=0.1)
+            assert chain.id in ping_started
 
     assert enqueued == TOTAL
-    assert latencies and max(latencies) < 0.2, latencies
     assert await effect_counts(engine, effects) == (TOTAL, TOTAL)
     counts = await client.count_jobs()
     assert {status: n for status, n in counts.items() if n} == {"completed": TOTAL + 6}
@@ -128,7 +127,8 @@ async def test_while_the_subscriber_knows_redis_is_down_notifications_fail_at_on
             ):
                 with pytest.raises(redis.exceptions.ConnectionError):
                     await call()
-        assert loop.time() - started < 1.0
+        # Waiting out reconnect attempts would take 150 x 0.3 s = 45 s.
+        assert loop.time() - started < 10.0
 
         await asyncio.to_thread(private_redis.start)
         await losses.wait_for(2, within=15.0)  # restored

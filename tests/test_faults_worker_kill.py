@@ -24,7 +24,9 @@ pytestmark = pytest.mark.slow
 pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
 
 JOBS = 5
-LEASE = "2"
+LEASE = "5"
+"""Seconds; renewed every third of it, so a live worker keeps its jobs through a stall
+of a loaded machine (a lost lease would run a staged job's side effect twice)."""
 
 
 async def _replay_late_writes(state: Any, tokens: dict[str, str]) -> None:
@@ -88,8 +90,8 @@ async def test_sigkilled_staged_workers_jobs_complete_once_and_its_late_writes_a
     assert _without_lease_expiry(after) == _without_lease_expiry(held), (
         "a late write changed a job another worker holds"
     )
-    # The late renewal asked for 60 s; the holder renews for 2 s at a time.
-    horizon = datetime.now(UTC) + timedelta(seconds=10)
+    # The late renewal asked for 60 s; the holder renews for LEASE seconds at a time.
+    horizon = datetime.now(UTC) + timedelta(seconds=20)
     assert all(j.leased_until and _aware(j.leased_until) < horizon for j in after)
 
     done = [

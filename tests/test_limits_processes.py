@@ -67,13 +67,13 @@ async def _stop(workers: WorkerProcesses, names: list[str]) -> None:
 async def test_concurrency_and_key_concurrency_hold_across_four_worker_processes(
     client: Client, workers: WorkerProcesses, runs: Any, engine: AsyncEngine
 ) -> None:
-    total, keys = 2000, 50
+    total, keys = 800, 50
     await client.set_limits("limited", concurrency=3, key_concurrency=1)
-    for first in range(0, total, 500):
+    for first in range(0, total, 400):
         await client.start_chains(
             [
                 ChainSpec("limited", {"sleep": 0.002}, concurrency_key=f"customer-{n % keys}")
-                for n in range(first, first + 500)
+                for n in range(first, first + 400)
             ]
         )
     names = [f"w{i}" for i in range(4)]
@@ -120,9 +120,10 @@ async def test_a_rate_of_50_per_second_is_never_exceeded(
     # (a handler starts a few milliseconds later, by a varying amount).
     most = max(sum(1 for t in claims[i:] if t < c + 1.0 - 1e-6) for i, c in enumerate(claims))
     assert most <= rate
-    # Held-back jobs start as each window frees, not on the minute-long poll.
+    # Held-back jobs start as each window frees, not on the minute-long poll (which
+    # would take a minute per window; the bound leaves room for a stalled machine).
     claiming = claims[-1] - claims[0]
-    assert claiming < total / rate + 1, (claiming, elapsed)
+    assert claiming < total / rate + 10, (claiming, elapsed)
 
 
 @pytest.mark.parametrize("state_kind", ["postgres", "sqlite"], indirect=True)
@@ -130,7 +131,7 @@ async def test_a_rate_of_50_per_second_is_never_exceeded(
 async def test_pause_stops_new_starts_during_a_burst_and_resume_wakes_workers_at_once(
     client: Client, workers: WorkerProcesses, runs: Any, engine: AsyncEngine
 ) -> None:
-    total = 400
+    total = 200
     await client.start_chains([ChainSpec("limited", {"sleep": 0.05}) for _ in range(total)])
     names = ["a", "b"]
     for name in names:
@@ -143,11 +144,13 @@ async def test_pause_stops_new_starts_during_a_burst_and_resume_wakes_workers_at
     await client.pause_type("limited")
     paused_at = time.time()
     assert await client.paused_types() == {"limited"}
+
+    async def none_running() -> bool:
+        return (await client.count_jobs()).get("running", 0) == 0
+
     # Running jobs finish; nothing new starts.
-    await asyncio.sleep(1.5)
-    counts = await client.count_jobs()
-    assert counts.get("running", 0) == 0
-    done_while_paused = counts.get("completed", 0)
+    await wait_until(none_running, timeout=30, interval=0.1)
+    done_while_paused = (await client.count_jobs()).get("completed", 0)
     assert done_while_paused < total
     await asyncio.sleep(1.0)
     assert (await client.count_jobs()).get("completed", 0) == done_while_paused
@@ -160,11 +163,12 @@ async def test_pause_stops_new_starts_during_a_burst_and_resume_wakes_workers_at
 
     await wait_until(all_completed, timeout=60, interval=0.1)
     await _stop(workers, names)
-    starts = sorted(r.started for r in await _rows(engine, runs))
-    # A claim in flight when the pause committed may still start its jobs.
-    assert not [t for t in starts if paused_at + 0.5 < t < resumed_at]
-    first_after = min(t for t in starts if t >= resumed_at)
-    assert first_after - resumed_at < 1.0  # the poll interval is 60 s
+    # Claims by the database's clock: none after the pause committed (a claim in flight
+    # then took its jobs before it), however late a stalled worker started them.
+    claims = sorted(r.claimed for r in await _rows(engine, runs))
+    assert not [t for t in claims if paused_at < t < resumed_at]
+    first_after = min(t for t in claims if t >= resumed_at)
+    assert first_after - resumed_at < 20  # the poll interval is 60 s
 
 
 @pytest.mark.parametrize("state_kind", ["postgres", "sqlite"], indirect=True)
@@ -182,5 +186,5 @@ async def test_a_worker_started_after_the_pause_leaves_the_type_alone(
     done = await client.await_chain(chain.id, timeout=10, poll_interval=0.1)
     assert done.status == "completed"
     (row,) = await _rows(engine, runs)
-    assert row.started - resumed_at < 1.0
+    assert row.claimed >= resumed_at
     await _stop(workers, ["late"])

@@ -71,7 +71,7 @@ async def test_concurrent_prunes_delete_each_chain_once_and_keep_blockers(client
     assert (await client.get_chain(blocker)).status == "completed"
     assert await client.prune(older_than=timedelta(0)) == 0
     # Once the dependent's chain is final, both go.
-    await client.cancel(dependent)
+    await client.cancel_chain(dependent)
     assert await client.prune(older_than=timedelta(0)) == 2
     with pytest.raises(ChainNotFoundError):
         await client.get_chain(blocker)

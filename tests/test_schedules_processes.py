@@ -1,9 +1,8 @@
 """Schedules carried by several worker processes (started through the CLI): one chain per
-tick, whoever takes it."""
+tick, whoever takes it, and the ticks keep coming."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import signal
 from collections import Counter
@@ -50,7 +49,13 @@ async def test_three_worker_processes_start_exactly_one_chain_per_tick(
         return all(f"worker {name}" in workers.log(name) for name in ("a", "b", "c"))
 
     await wait_until(all_started, timeout=60, interval=0.2)
-    await asyncio.sleep(10)
+
+    async def ten_ticks() -> bool:
+        return len(await _chain_ticks(client)) >= 10
+
+    # Ticks keep coming: ten of them, however long a loaded machine takes (a stall of
+    # all three processes may skip a tick: a scheduler takes only the latest one due).
+    await wait_until(ten_ticks, timeout=90, interval=0.5)
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for proc, name in zip(procs, ("a", "b", "c"), strict=True):
@@ -59,8 +64,8 @@ async def test_three_worker_processes_start_exactly_one_chain_per_tick(
     ticks = sorted(await _chain_ticks(client))
     twice = [tick for tick, n in Counter(ticks).items() if n > 1]
     assert not twice, f"ticks started more than once: {twice}"
+    # Every chain is one of the schedule's ticks: whole seconds apart.
     seconds = [(b - a).total_seconds() for a, b in itertools.pairwise(ticks)]
-    # Every tick of the run, each once: consecutive seconds with no gap.
-    assert len(ticks) >= 10 and set(seconds) == {1.0}, ticks
+    assert len(ticks) >= 10 and all(s >= 1.0 and s.is_integer() for s in seconds), ticks
     rows, distinct = await effect_counts(engine, effects)
     assert rows == distinct <= len(ticks)

@@ -140,7 +140,7 @@ async def _hostile_workload(client: Client, hostile: list[str]) -> None:
     manual = await client.start_chain(hostile[1], {"manual": True})
     done = await client.complete_chain(manual.id, {hostile[2]: hostile[3]})
     assert done.output == {hostile[2]: hostile[3]}
-    cancelled = await client.cancel((await client.start_chain(hostile[4], None)).id)
+    cancelled = await client.cancel_chain((await client.start_chain(hostile[4], None)).id)
     assert cancelled.status == "cancelled"
 
 
@@ -288,7 +288,7 @@ async def _redis_workload(notify: RedisNotifyAdapter, tmp_path: Path) -> None:
         assert (await client.await_chain(blocked.id, timeout=20)).output == "after"
         doomed = await client.start_chain("slow", None)
         await asyncio.wait_for(slow_started.wait(), 20)
-        assert (await client.cancel(doomed.id)).status == "cancelled"
+        assert (await client.cancel_chain(doomed.id)).status == "cancelled"
 
 
 _MONITOR_LINE = re.compile(r"^\d+\.\d+ \[\d+ ([^\]]+)\] (.*)$", re.DOTALL)

@@ -21,7 +21,16 @@ from state_adapters.migrations.runner import config_for
 from state_adapters.schema import make_tables
 from tests.support.queue_helpers import drop_tables, head_revision
 
-TABLES = ("chains", "jobs", "blockers", "dedup_keys", "schedules", "type_controls")
+TABLES = (
+    "chains",
+    "jobs",
+    "blockers",
+    "dedup_keys",
+    "schedules",
+    "type_controls",
+    "workers",
+    "job_logs",
+)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -165,7 +165,7 @@ async def test_a_second_sigterm_that_abandons_running_jobs_makes_the_supervisor_
     supervisor.send_signal(signal.SIGTERM)
 
     async def both_draining() -> bool:
-        return workers.log("supervisor").count("signal received; draining running jobs") == 2
+        return workers.log("supervisor").count("stopping: draining 4 running jobs") == 2
 
     await wait_until(both_draining, timeout=30, interval=0.05)
     supervisor.send_signal(signal.SIGTERM)

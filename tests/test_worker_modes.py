@@ -133,7 +133,7 @@ async def test_atomic_handler_writes_are_discarded_when_ownership_was_lost(
     async with Worker(client, {"t": handler}, lease=30, on_event=job_events(events)):
         await asyncio.wait_for(written.wait(), 5)
         # Another actor takes over (no notification reaches the worker: noop adapter).
-        cancel = asyncio.create_task(client.cancel(chain.id))
+        cancel = asyncio.create_task(client.cancel_chain(chain.id))
         await asyncio.sleep(0.2)
         proceed.set()
         await cancel

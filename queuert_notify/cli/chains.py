@@ -11,12 +11,15 @@ from queuert_notify.cli.database import with_client, with_state
 from queuert_notify.cli.options import (
     database_url_option,
     json_option,
+    note_next_poll,
     redis_url_option,
     table_prefix_option,
 )
 from queuert_notify.cli.output import console, record, run, short, to_json, when
 from queuert_notify.cli.types import describe
+from queuert_notify.cli.workers import Unhandled, unhandled
 from state_adapters.model import ALL_STATUSES
+from state_adapters.steps.operations import unhandled_line
 
 if TYPE_CHECKING:
     from state_adapters.model import JobStatus
@@ -34,6 +37,12 @@ def chains() -> None:
 @click.option("--status", type=click.Choice(ALL_STATUSES), default=None)
 @click.option("--type", "type_name", default=None, help="Type name of the chain's first job.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option(
+    "--after",
+    metavar="CURSOR",
+    default=None,
+    help="Start after this chain: the cursor the previous page printed (next_cursor).",
+)
 @json_option
 def chains_list(
     database_url: str,
@@ -41,25 +50,26 @@ def chains_list(
     status: str | None,
     type_name: str | None,
     limit: int,
+    after: str | None,
     as_json: bool,
 ) -> None:
-    """List chains, newest first."""
+    """List chains, newest first; flags job types with due jobs and no live worker."""
 
-    async def go(state: SqlAlchemyStateAdapter) -> tuple[Any, list[Any]]:
+    async def go(state: SqlAlchemyStateAdapter) -> tuple[Any, list[Any], Unhandled]:
         page = await state.list_chains(
             status=cast("JobStatus | None", status),  # click.Choice(ALL_STATUSES)
             type_name=type_name,
             limit=limit,
+            after=after,
         )
-        return page, await state.type_controls()
+        return page, await state.type_controls(), await unhandled(state)
 
-    page, controls = run(with_state(database_url, table_prefix, go))
+    page, controls, (orphans, known) = run(with_state(database_url, table_prefix, go))
     paused = sorted(c.type_name for c in controls if c.paused)
     if as_json:
         rows = [record(chain) for chain in page.items]
-        click.echo(
-            to_json({"chains": rows, "next_cursor": page.next_cursor, "paused_types": paused})
-        )
+        listing = {"chains": rows, "next_cursor": page.next_cursor, "paused_types": paused}
+        click.echo(to_json({**listing, "unhandled_types": orphans}))
         return
     table = Table(title="chains")
     # Ids are what users copy into `chains show`: never wrap or cut them.
@@ -77,10 +87,12 @@ def chains_list(
         )
     console().print(table)
     if page.next_cursor:
-        console().print(f"more: --limit {limit * 2} shows the next ones", style="dim")
+        console().print(f"more: --after {page.next_cursor}", style="dim", highlight=False)
     # What holds chains back that no row above shows.
     for control in controls:
         console().print(describe(control), highlight=False)
+    for orphan, count in orphans.items():
+        console().print(unhandled_line(orphan, count, known), highlight=False)
 
 
 @chains.command("show")
@@ -114,7 +126,9 @@ def chains_show(database_url: str, table_prefix: str, chain_id: str, as_json: bo
         table.add_column(column)
     for job in sorted(jobs.items, key=lambda j: j.chain_index):
         attempts = f"{job.attempt}/{job.max_attempts or '∞'}"
-        error = (job.last_error or "").strip().splitlines()
+        # A completed job's last_error is an earlier attempt's: not an error any more.
+        error = "" if job.status == "completed" else (job.last_error or "")
+        error_lines = error.strip().splitlines()
         table.add_row(
             str(job.chain_index),
             job.id,
@@ -123,7 +137,7 @@ def chains_show(database_url: str, table_prefix: str, chain_id: str, as_json: bo
             attempts,
             when(job.scheduled_at),
             short(job.input),
-            error[-1] if error else "",
+            error_lines[-1] if error_lines else "",
         )
     console().print(table)
 
@@ -144,8 +158,9 @@ def chains_cancel(
 ) -> None:
     """Cancel a chain's unfinished job (a handler running it is cancelled)."""
     notify = (redis_url, redis_prefix)
-    chain = run(with_client(database_url, table_prefix, notify, lambda c: c.cancel(chain_id)))
+    chain = run(with_client(database_url, table_prefix, notify, lambda c: c.cancel_chain(chain_id)))
     _print_chain(chain, as_json)
+    note_next_poll(redis_url)
 
 
 @chains.command("retry")
@@ -166,6 +181,7 @@ def chains_retry(
     notify = (redis_url, redis_prefix)
     chain = run(with_client(database_url, table_prefix, notify, lambda c: c.retry_chain(chain_id)))
     _print_chain(chain, as_json)
+    note_next_poll(redis_url)
 
 
 @chains.command("delete")

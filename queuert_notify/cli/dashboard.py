@@ -16,7 +16,12 @@ from collections.abc import Sequence
 import click
 
 from queuert_notify.cli.database import check_reachable, create_engine
-from queuert_notify.cli.options import database_url_option, table_prefix_option
+from queuert_notify.cli.options import (
+    REDIS_URL_ENV,
+    database_url_option,
+    redis_prefix_option,
+    table_prefix_option,
+)
 from queuert_notify.cli.output import run
 from queuert_notify.errors import ConfigurationError
 
@@ -63,21 +68,21 @@ def is_loopback(host: str) -> bool:
 @table_prefix_option
 @click.option(
     "--redis-url",
+    envvar=REDIS_URL_ENV,
+    show_envvar=True,
     default=None,
     help="Redis the workers use: live updates are pushed from it and actions wake "
     "workers at once. Without it pages re-read every 15 s.",
 )
-@click.option(
-    "--redis-prefix", default="queuert", show_default=True, help="The workers' Redis prefix."
-)
+@redis_prefix_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--token",
     envvar=TOKEN_ENV,
+    show_envvar=True,
     default=None,
-    help=f"Secret every request must carry (or ${TOKEN_ENV}); required with a --host "
-    "other than a loopback address.",
+    help="Secret every request must carry; required with a --host other than a loopback address.",
 )
 @click.option(
     "--allowed-host",

@@ -5,6 +5,8 @@ disposed when the command ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from queuert_notify.errors import ConfigurationError, mask_url
+from state_adapters.errors import cannot_connect, cannot_connect_reason
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -58,16 +61,22 @@ async def with_state(
     database_url: str,
     table_prefix: str,
     action: Callable[[SqlAlchemyStateAdapter], Awaitable[T]],
+    *,
+    create: bool = False,
 ) -> T:
-    """``action`` on a state adapter of the database, whose engine is disposed after."""
+    """``action`` on a state adapter of the database, whose engine is disposed after.
+    Only with ``create`` (``migrate``) does a SQLite file that did not exist stay behind:
+    any other command leaves none (it found no tables there anyway)."""
     from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 
     engine = create_engine(database_url)
+    made = [] if create else await asyncio.to_thread(_missing_sqlite_files, engine)
     try:
         await check_reachable(engine, database_url)
         return await action(SqlAlchemyStateAdapter(engine, table_prefix=table_prefix))
     finally:
         await engine.dispose()
+        await asyncio.to_thread(_remove, made)
 
 
 def create_engine(database_url: str, **options: Any) -> AsyncEngine:
@@ -127,18 +136,25 @@ async def check_reachable(engine: AsyncEngine, database_url: str) -> None:
             async with engine.connect():
                 pass
     except (DBAPIError, OSError, sqlite3.Error) as exc:
-        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        password = engine.url.password
-        if password:
-            reason = reason.replace(str(password), "***")
-        hint = (
-            "does its directory exist, and may this user write there?"
-            if engine.dialect.name == "sqlite"
-            else "is the server running, and are the address and credentials right?"
-        )
+        reason = cannot_connect_reason(exc, engine.url.password)
+        sqlite = engine.dialect.name == "sqlite"
         raise ConfigurationError(
-            f"cannot connect to the database at {mask_url(database_url)}: {reason}; {hint}"
+            cannot_connect(mask_url(database_url), reason, sqlite=sqlite)
         ) from None
+
+
+def _missing_sqlite_files(engine: AsyncEngine) -> list[str]:
+    """The files SQLite would create for ``engine``'s database, if it does not exist."""
+    path = str(engine.url.database)
+    if engine.dialect.name != "sqlite" or os.path.exists(path):
+        return []
+    return [path, f"{path}-wal", f"{path}-shm", f"{path}-journal"]
+
+
+def _remove(paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def _open_sqlite(path: str) -> None:

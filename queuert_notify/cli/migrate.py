@@ -30,5 +30,5 @@ def migrate(database_url: str, table_prefix: str, adopt: bool) -> None:
     async def go(state: SqlAlchemyStateAdapter) -> None:
         await state.migrate(adopt=adopt)
 
-    run(with_state(database_url, table_prefix, go))
+    run(with_state(database_url, table_prefix, go, create=True))
     console().print(f"migrated {mask_url(database_url)} (table prefix {table_prefix!r})")

@@ -54,10 +54,11 @@ def record(row: Any) -> dict[str, Any]:
 
 def to_json(value: Any) -> str:
     """``value`` as indented JSON, times in ISO 8601."""
-    return json.dumps(value, indent=2, default=_json_value)
+    return json.dumps(value, indent=2, default=json_value)
 
 
-def _json_value(value: Any) -> str:
+def json_value(value: Any) -> str:
+    """A JSON value for what ``json`` cannot encode: times in ISO 8601, the rest as text."""
     return value.isoformat() if isinstance(value, datetime) else str(value)
 
 

@@ -12,6 +12,7 @@ from queuert_notify.cli.database import with_client, with_state
 from queuert_notify.cli.options import (
     database_url_option,
     json_option,
+    note_next_poll,
     redis_url_option,
     table_prefix_option,
 )
@@ -51,6 +52,7 @@ def pause(
     """Stop every worker from claiming jobs of TYPE_NAME (running ones finish)."""
     notify = (redis_url, redis_prefix)
     run(with_client(database_url, table_prefix, notify, lambda c: c.pause_type(type_name)))
+    note_next_poll(redis_url)
     console().print(f"paused {type_name}: no worker claims its jobs until `resume`")
 
 
@@ -65,6 +67,7 @@ def resume(
     """Let workers claim TYPE_NAME again (with --redis-url, idle ones wake at once)."""
     notify = (redis_url, redis_prefix)
     run(with_client(database_url, table_prefix, notify, lambda c: c.resume_type(type_name)))
+    note_next_poll(redis_url)
     console().print(f"resumed {type_name}")
 
 
@@ -115,6 +118,7 @@ def limits(
                 ),
             )
         )
+        note_next_poll(redis_url)
     else:
 
         async def read(state: SqlAlchemyStateAdapter) -> TypeLimits:

@@ -4,6 +4,7 @@ signal stops it; with ``--processes N``, N worker processes under a supervisor."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import logging
@@ -43,6 +44,14 @@ if TYPE_CHECKING:
     help="Worker processes to run under one supervisor that restarts a crashed one "
     "[default: one per core]. 1 runs the worker in this process, unsupervised.",
 )
+@click.option(
+    "--startup-timeout",
+    type=click.FloatRange(0),
+    default=None,
+    help="Seconds to wait at start for a database that does not answer (one line per "
+    "try), then exit non-zero with one line [default: the Worker's startup_timeout, 30]. "
+    "Tables never migrated, wrong credentials or no such database fail at once.",
+)
 @click.option("--supervised", is_flag=True, hidden=True)
 @click.pass_context
 def worker_command(
@@ -50,6 +59,7 @@ def worker_command(
     target: str,
     log_format: logs.LogFormat,
     processes: int | None,
+    startup_timeout: float | None,
     supervised: bool,
 ) -> None:
     """Run the worker TARGET, given as module:attr -- a Worker, or a function (sync or
@@ -58,9 +68,9 @@ def worker_command(
     logs.configure(logging.getLogger().level, log_format)
     processes = processes or os.cpu_count() or 1
     if processes > 1 and not supervised:
-        sys.exit(_supervise(context, target, log_format, processes))
+        sys.exit(_supervise(context, target, log_format, processes, startup_timeout))
     try:
-        run(_run_worker(target, supervised=supervised))
+        run(_run_worker(target, startup_timeout, supervised=supervised))
     except click.ClickException as exc:
         if not supervised or isinstance(exc, click.UsageError | _JobsAbandonedError):
             raise
@@ -77,7 +87,11 @@ class _JobsAbandonedError(click.ClickException):
 
 
 def _supervise(
-    context: click.Context, target: str, log_format: logs.LogFormat, processes: int
+    context: click.Context,
+    target: str,
+    log_format: logs.LogFormat,
+    processes: int,
+    startup_timeout: float | None,
 ) -> int:
     from queuert_notify.worker.supervisor import Supervisor
     from queuert_notify.worker.worker import Worker
@@ -96,14 +110,17 @@ def _supervise(
         target,
         f"--log-format={log_format}",
         "--processes=1",
+        *([] if startup_timeout is None else [f"--startup-timeout={startup_timeout}"]),
         "--supervised",
     ]
     console().print(f"supervising {processes} worker processes of {target}", highlight=False)
     return asyncio.run(Supervisor(command, processes).run())
 
 
-async def _run_worker(target: str, *, supervised: bool) -> None:
+async def _run_worker(target: str, startup_timeout: float | None, *, supervised: bool) -> None:
     worker = await load_worker(target)
+    if startup_timeout is not None:
+        worker.settings = dataclasses.replace(worker.settings, startup_timeout=startup_timeout)
     engine = getattr(worker.client.state, "engine", None)
     try:
         async with worker.client:

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from queuert_notify.client.chain_actions import ChainActions
 from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.client.operations import QueueOperations
 from queuert_notify.errors import (
-    ChainNotFoundError,
     ConfigurationError,
+    DatabaseUnavailableError,
     InvalidInputError,
     NotifyAdapterClosedError,
     WaitChainTimeoutError,
@@ -27,11 +29,13 @@ from queuert_notify.errors import (
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.observe import instrumentation
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
+from state_adapters.errors import cannot_connect, cannot_connect_reason
 from state_adapters.ids import new_id
 from state_adapters.model import (
     FINAL_STATUSES,
     ChainRecord,
     DedupScope,
+    JobLogLine,
     JobRecord,
     JobStatus,
     Page,
@@ -40,9 +44,8 @@ from state_adapters.model import (
 from state_adapters.notifications import NotificationBuffer, send_later, wait_for_notifications
 from state_adapters.protocol import StateAdapter
 from state_adapters.transactions.after_commit import buffer_for_transaction
-from state_adapters.transactions.connection_loss import retry_on_connection_loss
+from state_adapters.transactions.connection_loss import is_connection_loss, retry_on_connection_loss
 from state_adapters.transactions.lost_commit import start_again
-from state_adapters.validation import check_json
 
 if TYPE_CHECKING:
     from state_adapters.protocol import CallerSession
@@ -56,13 +59,19 @@ DEFAULT_AWAIT_POLL_INTERVAL = 5.0
 chain-completed notification costs at most this much latency."""
 
 
+DEFAULT_DATABASE_TIMEOUT = 5.0
+"""Seconds a client call keeps trying a database that does not answer (a restart or a
+quick failover fits) before it raises ``DatabaseUnavailableError``: a web request fails
+in seconds instead of hanging. ``Client(database_timeout=...)`` changes it."""
+
+
 CLOSE_FLUSH_LIMIT = 5.0
 """Seconds ``Client.close()`` waits for owed notifications to be sent."""
 CONNECT_LIMIT = 5.0
 """Seconds ``Client.connect()`` waits for the notify adapter to connect."""
 
 
-class Client(QueueOperations):
+class Client(ChainActions, QueueOperations):
     """Application-side access to the queue.
 
     ``async with Client(state=..., notify=...)`` connects the notify adapter on enter
@@ -76,7 +85,9 @@ class Client(QueueOperations):
     raises the adapter's ``ConfigurationError`` naming the address instead.
 
     A call that runs in a transaction of its own (no ``session=``) is repeated, with
-    backoff, when its database connection is lost under it; in the caller's session it
+    backoff, when its database connection is lost under it or cannot be made, for at
+    most ``database_timeout`` seconds (default :data:`DEFAULT_DATABASE_TIMEOUT`); then
+    it raises ``DatabaseUnavailableError``, one line naming the database; in the caller's session it
     is not (that transaction died with the connection: the caller retries it whole).
     A connection lost while COMMIT was in flight leaves unknown whether the change was
     made, so every write is safe to repeat after a COMMIT that succeeded: each
@@ -84,11 +95,19 @@ class Client(QueueOperations):
     """
 
     def __init__(
-        self, *, state: StateAdapter, notify: NotifyAdapter, require_notify: bool = False
+        self,
+        *,
+        state: StateAdapter,
+        notify: NotifyAdapter,
+        require_notify: bool = False,
+        database_timeout: float = DEFAULT_DATABASE_TIMEOUT,
     ) -> None:
+        if not database_timeout > 0:
+            raise ConfigurationError(f"database_timeout must be > 0, got {database_timeout!r}")
         self.state = state
         self.notify = notify
         self.require_notify = require_notify
+        self.database_timeout = database_timeout
 
     async def __aenter__(self) -> Client:
         await self.connect()
@@ -136,6 +155,12 @@ class Client(QueueOperations):
                 CLOSE_FLUSH_LIMIT,
             )
         await self.notify.close()
+
+    async def migrate(self, *, adopt: bool = False) -> None:
+        """Create or upgrade the queue's tables (the state adapter's ``migrate``); a
+        database that does not answer is one ``ConfigurationError`` line naming it,
+        as from the CLI and ``SyncClient.migrate()``."""
+        await self.state.migrate(adopt=adopt)
 
     # -- starting chains -------------------------------------------------------------
 
@@ -295,6 +320,13 @@ class Client(QueueOperations):
         """The job as stored now; raises ``JobNotFoundError``."""
         return await self._retried(session, lambda: self.state.get_job(job_id, session=session))
 
+    async def job_logs(
+        self, job_id: str, *, after: tuple[int, int] | None = None
+    ) -> list[JobLogLine]:
+        """The lines job ``job_id`` logged (``ctx.log``, ``JobLogHandler``) by attempt, in
+        order; ``after=(line.attempt, line.seq)`` of the last line read gives the later ones."""
+        return await self._retried(None, lambda: self.state.job_logs(job_id, after=after))
+
     async def list_chains(
         self,
         *,
@@ -332,97 +364,17 @@ class Client(QueueOperations):
         """Number of jobs per status."""
         return await self._retried(None, lambda: self.state.count_jobs(type_names=type_names))
 
-    # -- acting on chains ------------------------------------------------------------
-
-    async def trigger(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
-        """Make the chain's pending job due now (skipping its delay or retry backoff).
-
-        Safe to repeat: a job still pending is made due now again (and announced
-        again), one claimed meanwhile is left alone."""
-        return await self._write(
-            session,
-            lambda notes: self.state.trigger_chain(chain_id, notes=notes, session=session),
-        )
+    # -- old names -------------------------------------------------------------------
 
     async def cancel(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
-        """Cancel the chain's unfinished job; a worker running it loses ownership and
-        its handler is cancelled.
+        """Deprecated alias of :meth:`cancel_chain` (removed in the next release)."""
+        _renamed("cancel", "cancel_chain")
+        return await self.cancel_chain(chain_id, session=session)
 
-        Safe to repeat: a final chain is returned as it is, so a repeat after a lost
-        COMMIT that succeeded returns the cancelled chain (and announces its end again,
-        since the lost attempt's notifications were lost with it)."""
-        return await self._finish_chain(
-            session,
-            lambda notes: self.state.cancel_chain(chain_id, notes=notes, session=session),
-        )
-
-    async def retry_chain(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
-        """Run a failed or cancelled chain again from its last job, with its attempts
-        starting over; workers are woken for it. Raises ``ChainNotFoundError``, or
-        ``InvalidInputError`` for a chain that is not failed or cancelled.
-
-        Jobs of other chains that waited on this one were released when it failed;
-        they are not held back again.
-
-        Safe to repeat: a repeat after a lost COMMIT that finds the chain running
-        again returns it as it is."""
-
-        async def retry_again(notes: NotificationBuffer) -> ChainRecord:
-            chain = await self.state.get_chain(chain_id)
-            if chain.status in FINAL_STATUSES:
-                return await self.state.retry_chain(chain_id, notes=notes)
-            notes.job_scheduled(chain.last_job.type_name)
-            return chain
-
-        return await self._write(
-            session,
-            lambda notes: self.state.retry_chain(chain_id, notes=notes, session=session),
-            again=retry_again,
-        )
-
-    async def complete_chain(
-        self, chain_id: str, output: Any = None, *, session: CallerSession = None
-    ) -> ChainRecord:
-        """Complete the chain from application code, without a worker (e.g. an
-        approval step); a worker running its job loses ownership.
-
-        Safe to repeat, like :meth:`cancel`: the repeat finds the chain final and
-        returns it with the output the lost attempt stored."""
-        check_json(output, "output")
-        return await self._finish_chain(
-            session,
-            lambda notes: self.state.complete_chain(chain_id, output, notes=notes, session=session),
-        )
-
-    async def delete_chain(self, chain_id: str, *, session: CallerSession = None) -> None:
-        """Delete the chain and its jobs; raises ``ChainInUseError`` while other jobs
-        are blocked on it.
-
-        Safe to repeat: a repeat after a lost connection that finds the chain gone
-        returns, since the lost attempt (or someone else) deleted it."""
-
-        async def delete_again() -> None:
-            with suppress(ChainNotFoundError):
-                await self.state.delete_chain(chain_id)
-
-        await self._retried(
-            session, lambda: self.state.delete_chain(chain_id, session=session), again=delete_again
-        )
-
-    async def _finish_chain(
-        self, session: CallerSession, finish: Callable[[NotificationBuffer], Awaitable[ChainRecord]]
-    ) -> ChainRecord:
-        """``finish`` (cancel or complete) through :meth:`_write`; a repeat that finds the
-        chain final owes the announcements the lost attempt may have made."""
-
-        async def finish_again(notes: NotificationBuffer) -> ChainRecord:
-            chain = await finish(notes)
-            if chain.status in FINAL_STATUSES:
-                notes.chain_completed(chain.id)
-                notes.ownership_lost(chain.last_job.id)
-            return chain
-
-        return await self._write(session, finish, again=finish_again)
+    async def trigger(self, chain_id: str, *, session: CallerSession = None) -> ChainRecord:
+        """Deprecated alias of :meth:`trigger_chain` (removed in the next release)."""
+        _renamed("trigger", "trigger_chain")
+        return await self.trigger_chain(chain_id, session=session)
 
     # -- state calls -----------------------------------------------------------------
 
@@ -436,7 +388,8 @@ class Client(QueueOperations):
         """``call()`` in the caller's session as it is; in a transaction of its own,
         repeated after a lost connection -- by ``again()`` when given (it first finds
         out what the lost attempt did), else by ``call()``, which must then be safe to
-        repeat after a COMMIT that succeeded unseen."""
+        repeat after a COMMIT that succeeded unseen -- for at most ``database_timeout``
+        seconds, then ``DatabaseUnavailableError``."""
         if session is not None:
             return await call()
         attempts = 0
@@ -446,7 +399,17 @@ class Client(QueueOperations):
             attempts += 1
             return await (call() if attempts == 1 or again is None else again())
 
-        return await retry_on_connection_loss(attempt, what="a database call")
+        until = asyncio.get_running_loop().time() + self.database_timeout
+        try:
+            return await retry_on_connection_loss(attempt, what="a client call", until=until)
+        except Exception as exc:  # the state layer judges it (drivers raise their own)
+            if not is_connection_loss(exc):
+                raise
+            reason = cannot_connect_reason(exc, None)
+            raise DatabaseUnavailableError(
+                f"gave up after {self.database_timeout:g}s (Client(database_timeout=...)): "
+                + cannot_connect(self.state.address, reason, sqlite=False)
+            ) from None
 
     async def _write(
         self,
@@ -480,3 +443,11 @@ class Client(QueueOperations):
         transport failure is logged, never raised, and workers find the jobs on their
         next poll."""
         send_later(self.notify, notes)
+
+
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(
+        f"Client.{old} is renamed Client.{new}; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from queuert_notify.errors import InvalidInputError
 from queuert_notify.maintenance.prune_pacing import PrunePacing
 from state_adapters.health import HealthReport, HealthThresholds
-from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, TypeLimits
+from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, TypeLimits, WorkerRecord
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.validation import check_positive_int
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class _ClientCalls(Protocol):
+class ClientCalls(Protocol):
     """What the operating methods use of the client: its state calls, retried after a
     lost connection, with notifications published after the COMMIT."""
 
@@ -50,7 +50,7 @@ class QueueOperations:
     """The operating methods of :class:`~queuert_notify.Client`."""
 
     async def prune(
-        self: _ClientCalls, *, older_than: timedelta, batch_size: int = DEFAULT_PRUNE_BATCH_SIZE
+        self: ClientCalls, *, older_than: timedelta, batch_size: int = DEFAULT_PRUNE_BATCH_SIZE
     ) -> int:
         """Delete the chains that finished (completed, failed or cancelled) more than
         ``older_than`` ago, with their jobs; returns how many chains were deleted.
@@ -81,23 +81,29 @@ class QueueOperations:
                 return total
             await asyncio.sleep(pacing.batch_took(loop.time() - started))
 
-    async def pause_type(self: _ClientCalls, type_name: str) -> None:
+    async def pause_type(self: ClientCalls, type_name: str) -> None:
         """Stop every worker from claiming jobs of ``type_name``, including workers
         started later; running jobs finish. Stored in the database until
         :meth:`resume_type`. Safe to repeat."""
         await self._write(None, lambda notes: self.state.pause_type(type_name, notes=notes))
 
-    async def resume_type(self: _ClientCalls, type_name: str) -> None:
+    async def resume_type(self: ClientCalls, type_name: str) -> None:
         """Let workers claim ``type_name`` again and wake idle ones at once (one
         ``notify_jobs_scheduled`` with its due jobs). Safe to repeat."""
         await self._write(None, lambda notes: self.state.resume_type(type_name, notes=notes))
 
-    async def paused_types(self: _ClientCalls) -> set[str]:
+    async def workers(self: ClientCalls) -> list[WorkerRecord]:
+        """The workers recorded in the registry, oldest first: live ones beat within
+        ``WORKER_DEAD_AFTER`` seconds (``record.alive(now)``), dead ones stay listed
+        for a day (see docs/operations.md, "Workers")."""
+        return await self._retried(None, self.state.workers)
+
+    async def paused_types(self: ClientCalls) -> set[str]:
         """The job types paused now."""
         return await self._retried(None, self.state.paused_types)
 
     async def set_limits(
-        self: _ClientCalls,
+        self: ClientCalls,
         type_name: str,
         *,
         concurrency: int | None = None,
@@ -127,7 +133,7 @@ class QueueOperations:
         )
 
     async def health(
-        self: _ClientCalls, *, thresholds: HealthThresholds | None = None
+        self: ClientCalls, *, thresholds: HealthThresholds | None = None
     ) -> HealthReport:
         """The queue's health as its database sees it: dead row versions and vacuum of
         the queue's tables, the transactions, prepared transactions and replication slots

@@ -28,7 +28,7 @@ from sqlalchemy import Connection
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter
-from state_adapters.notifications import NotificationBuffer
+from state_adapters.notifications import PUBLISH_WARNING_INTERVAL, NotificationBuffer
 from state_adapters.outage_log import OutageLog
 from state_adapters.sync.state import Announcer
 
@@ -91,7 +91,9 @@ class PublishAfterCommit(Announcer):
         self._publisher = publisher
         self._queue: queue.SimpleQueue[tuple[NotificationBuffer, Callable[[], bool | None]] | None]
         self._queue = queue.SimpleQueue()
-        self._outage = OutageLog(logger, "sending a notification")
+        self._outage = OutageLog(
+            logger, "sending a notification", interval=PUBLISH_WARNING_INTERVAL, tracebacks=False
+        )
         self._thread = threading.Thread(target=self._run, name="queuert-sync-sender", daemon=True)
         self._thread.start()
 

@@ -5,7 +5,7 @@ are the async client's."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -13,13 +13,24 @@ from typing import TYPE_CHECKING, Any
 from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.client.client import CLOSE_FLUSH_LIMIT, DEFAULT_AWAIT_POLL_INTERVAL
 from queuert_notify.client.sync_announcers import announcer_for
+from queuert_notify.client.sync_operations import SyncQueueOperations
 from queuert_notify.errors import InvalidInputError, WaitChainTimeoutError
 from queuert_notify.observe import instrumentation
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 from state_adapters.health import HealthReport, HealthThresholds
-from state_adapters.model import FINAL_STATUSES, ChainRecord, DedupScope, StartedChain
+from state_adapters.model import (
+    FINAL_STATUSES,
+    ChainRecord,
+    DedupScope,
+    JobLogLine,
+    JobRecord,
+    JobStatus,
+    Page,
+    StartedChain,
+)
 from state_adapters.schema import DEFAULT_TABLE_PREFIX
 from state_adapters.sync.state import SyncSession, SyncStateAdapter
+from state_adapters.validation import check_json
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -31,7 +42,7 @@ _FIRST_POLL = 0.01
 ``poll_interval``."""
 
 
-class SyncClient:
+class SyncClient(SyncQueueOperations):
     """The application side of the queue for synchronous code.
 
     ``SyncClient(engine, notify=..., table_prefix=...)`` takes a sync ``Engine``
@@ -76,7 +87,9 @@ class SyncClient:
         self._announcer.close(CLOSE_FLUSH_LIMIT)
 
     def migrate(self, *, adopt: bool = False) -> None:
-        """Create or upgrade the queue's tables (see ``SqlAlchemyStateAdapter.migrate``)."""
+        """Create or upgrade the queue's tables, as :meth:`Client.migrate
+        <queuert_notify.Client.migrate>` (an unreachable database is the same one-line
+        ``ConfigurationError``)."""
         self._state.migrate(adopt=adopt)
 
     def start_chain(
@@ -135,6 +148,12 @@ class SyncClient:
             session, lambda state, conn, _: state.get_chain(chain_id, session=conn)
         )
 
+    def job_logs(self, job_id: str, *, after: tuple[int, int] | None = None) -> list[JobLogLine]:
+        """The lines job ``job_id`` logged, in order (see :meth:`Client.job_logs`)."""
+        return self._state.read(
+            None, lambda state, conn, _: state.job_logs(job_id, after=after, session=conn)
+        )
+
     def await_chain(
         self,
         chain_id: str,
@@ -180,6 +199,87 @@ class SyncClient:
             session,
             self._announcer,
             lambda state, conn, notes: state.retry_chain(chain_id, notes=notes, session=conn),
+        )
+
+    def trigger_chain(self, chain_id: str, *, session: SyncSession = None) -> ChainRecord:
+        """Make the chain's pending job due now (see :meth:`Client.trigger_chain`)."""
+        return self._state.write(
+            session,
+            self._announcer,
+            lambda state, conn, notes: state.trigger_chain(chain_id, notes=notes, session=conn),
+        )
+
+    def complete_chain(
+        self, chain_id: str, output: Any = None, *, session: SyncSession = None
+    ) -> ChainRecord:
+        """Complete the chain from application code, without a worker (see
+        :meth:`Client.complete_chain`)."""
+        check_json(output, "output")
+        return self._state.write(
+            session,
+            self._announcer,
+            lambda state, conn, notes: state.complete_chain(
+                chain_id, output, notes=notes, session=conn
+            ),
+        )
+
+    def delete_chain(self, chain_id: str, *, session: SyncSession = None) -> None:
+        """Delete the chain and its jobs; raises ``ChainInUseError`` while other jobs
+        are blocked on it."""
+        self._state.write(
+            session,
+            self._announcer,
+            lambda state, conn, _: state.delete_chain(chain_id, session=conn),
+        )
+
+    # -- inspecting ------------------------------------------------------------------
+
+    def get_job(self, job_id: str, *, session: SyncSession = None) -> JobRecord:
+        """The job as stored; raises ``JobNotFoundError``."""
+        return self._state.read(session, lambda state, conn, _: state.get_job(job_id, session=conn))
+
+    def list_chains(
+        self,
+        *,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Chains newest first; pass ``page.next_cursor`` as ``after`` for the next page."""
+        return self._state.read(
+            None,
+            lambda state, conn, _: state.list_chains(
+                status=status, type_name=type_name, limit=limit, after=after, session=conn
+            ),
+        )
+
+    def list_jobs(
+        self,
+        *,
+        chain_id: str | None = None,
+        status: JobStatus | None = None,
+        type_name: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page:
+        """Jobs newest first (in chain order inside one chain), keyset-paginated."""
+        return self._state.read(
+            None,
+            lambda state, conn, _: state.list_jobs(
+                chain_id=chain_id,
+                status=status,
+                type_name=type_name,
+                limit=limit,
+                after=after,
+                session=conn,
+            ),
+        )
+
+    def count_jobs(self, *, type_names: Sequence[str] | None = None) -> Mapping[str, int]:
+        """Number of jobs per status."""
+        return self._state.read(
+            None, lambda state, conn, _: state.count_jobs(type_names=type_names, session=conn)
         )
 
     def health(self, *, thresholds: HealthThresholds | None = None) -> HealthReport:

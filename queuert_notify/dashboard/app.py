@@ -198,11 +198,11 @@ class Dashboard:
             return refused
         try:
             if action == "cancel":
-                await self.client.cancel(chain_id)
+                await self.client.cancel_chain(chain_id)
             elif action == "retry":
                 await self.client.retry_chain(chain_id)
             else:
-                await self.client.trigger(chain_id)
+                await self.client.trigger_chain(chain_id)
         except ChainNotFoundError as exc:
             return self._refuse(request, 404, str(exc))
         except InvalidInputError as exc:

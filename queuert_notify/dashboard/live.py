@@ -26,6 +26,9 @@ REFRESH_WITH_NOTIFY = 5.0
 (only claims go unannounced)."""
 REFRESH_WITHOUT_NOTIFY = 15.0
 """Seconds between re-reads when there is no notify adapter: the slow fallback."""
+REFRESH_WHILE_RUNNING = 1.0
+"""Seconds between re-reads of a page that shows a running job: its log lines are
+written at most a second apart and nothing announces them."""
 SETTLE = 0.1
 """Seconds to let a burst of notifications settle before re-reading once."""
 
@@ -98,13 +101,14 @@ async def live_events(render: Render, notify: NotifyAdapter | None) -> AsyncIter
             html, watch = await render()
             if subscriptions is not None:
                 await subscriptions.follow(watch)
+            wait = min(refresh, REFRESH_WHILE_RUNNING) if watch.running else refresh
             if html != last_html:
                 last_html = html
                 yield _event("update", html)
             else:
                 yield ": idle\n\n"
             with suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), refresh)
+                await asyncio.wait_for(changed.wait(), wait)
             if changed.is_set():
                 await asyncio.sleep(SETTLE)
                 changed.clear()

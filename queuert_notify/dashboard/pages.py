@@ -20,10 +20,12 @@ from state_adapters.model import (
     FINAL_STATUSES,
     UNFINISHED_STATUSES,
     ChainRecord,
+    JobLogLine,
     JobRecord,
     QueueOverview,
 )
 from state_adapters.protocol import StateAdapter
+from state_adapters.steps.operations import known_types, unhandled_line, unhandled_types
 
 WINDOW = timedelta(hours=1)
 """The overview's throughput window."""
@@ -33,6 +35,8 @@ bounds the page's cost on a queue that finishes more than that per hour."""
 PAGE_SIZE = 50
 CHAIN_JOBS_SHOWN = 200
 """A chain page shows its first this many jobs and its last one."""
+LOGGED_JOBS_SHOWN = 20
+"""A chain page shows the log lines of its last this many jobs shown."""
 FINISHED_STATUSES: tuple[str, ...] = tuple(s for s in ALL_STATUSES if s in FINAL_STATUSES)
 
 
@@ -43,6 +47,8 @@ class Watch:
 
     chain_ids: frozenset[str] = frozenset()
     type_names: frozenset[str] = frozenset()
+    running: bool = False
+    """A job on the page runs: its log lines arrive unannounced, re-read often."""
 
 
 @dataclass(slots=True)
@@ -69,6 +75,9 @@ class Pages:
         )
         controls = await self.state.type_controls()
         paused = sorted(c.type_name for c in controls if c.paused)
+        workers = await self.state.workers()
+        unhandled = unhandled_types(await self.state.due_jobs_by_type(), workers, now)
+        known = known_types(workers, now)
         rows = [
             {
                 "type_name": type_name,
@@ -102,6 +111,8 @@ class Pages:
             "per_minute": round(totals["completed"] / counted_minutes, 1),
             "paused_types": paused,
             "limits": [c for c in controls if c.limited],
+            "workers": [(worker, worker.alive(now)) for worker in workers],
+            "unhandled": [unhandled_line(t, n, known) for t, n in unhandled.items()],
         }
         return View("overview.html", context, Watch(type_names=frozenset(overview.type_names)))
 
@@ -151,9 +162,12 @@ class Pages:
         }
         last = chain.last_job
         now = datetime.now(UTC)
+        views = [_job_view(job) for job in jobs]
+        for view in views[-LOGGED_JOBS_SHOWN:]:
+            view["attempts"] = _attempts(await self.state.job_logs(view["job"].id))
         context = {
             "chain": chain,
-            "jobs": [_job_view(job) for job in jobs],
+            "jobs": views,
             "jobs_left_out": chain.last_job.chain_index + 1 - len(jobs),
             "last": _job_view(last),
             "blocked_by": [linked.get(i) or i for i in links.blocked_by],
@@ -165,6 +179,7 @@ class Pages:
         watch = Watch(
             chain_ids=frozenset() if chain.status in FINAL_STATUSES else frozenset({chain.id}),
             type_names=frozenset(job.type_name for job in jobs),
+            running=last.status == "running",
         )
         return View("chain.html", context, watch)
 
@@ -205,7 +220,26 @@ def _job_view(job: JobRecord) -> dict[str, Any]:
         "input": pretty_json(job.input),
         "output": pretty_json(job.output),
         "progress": None if job.progress is None else pretty_json(job.progress),
+        "attempts": [],
     }
+
+
+def _attempts(lines: list[JobLogLine]) -> list[dict[str, Any]]:
+    """A job's log lines by attempt, as text for the template (which escapes it)."""
+    attempts: dict[int, list[dict[str, str]]] = {}
+    for line in lines:
+        fields = " ".join(
+            f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in (line.fields or {}).items()
+        )
+        attempts.setdefault(line.attempt, []).append(
+            {
+                "at": line.at.strftime("%H:%M:%S.%f")[:-3],
+                "level": line.level,
+                "message": line.message,
+                "fields": fields,
+            }
+        )
+    return [{"attempt": n, "lines": shown} for n, shown in attempts.items()]
 
 
 def pretty_json(value: Any) -> str:

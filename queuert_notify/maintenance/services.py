@@ -1,6 +1,7 @@
-"""The maintenance services one worker runs beside its loop: the reaper always, the
-scheduler when the worker has schedules, the pruner when it has a retention. Each is
-a timer of its own and leaderless (every worker runs them; the database decides)."""
+"""The maintenance services one worker runs beside its loop: the reaper and its row in
+the worker registry always, the scheduler when the worker has schedules, the pruner
+when it has a retention. Each is a timer of its own and leaderless (every worker runs
+them; the database decides)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from datetime import timedelta
 from queuert_notify.client.client import Client
 from queuert_notify.maintenance.pruner import Pruner
 from queuert_notify.maintenance.reaper import Reaper
+from queuert_notify.maintenance.registration import Registration
 from queuert_notify.maintenance.schedules import Schedule, Scheduler
 
 
@@ -31,6 +33,7 @@ class MaintenanceServices:
         reaped: Callable[[str], None],
         woke: Callable[[], None],
         worker_id: str,
+        slots: int,
     ) -> None:
         self._reaper = Reaper(
             client,
@@ -41,6 +44,9 @@ class MaintenanceServices:
             woke=woke,
             worker_id=worker_id,
         )
+        self._registration = Registration(
+            client.state, type_names, slots=slots, interval=reap_interval, worker_id=worker_id
+        )
         self._scheduler = Scheduler(client, schedules, worker_id=worker_id) if schedules else None
         self._pruner = (
             Pruner(client, retention, jitter=jitter, worker_id=worker_id)
@@ -50,7 +56,10 @@ class MaintenanceServices:
 
     def start(self) -> list[asyncio.Task[None]]:
         """A task per service, running until cancelled."""
-        tasks = [asyncio.create_task(self._reaper.run(), name="queuert-reaper")]
+        tasks = [
+            asyncio.create_task(self._reaper.run(), name="queuert-reaper"),
+            asyncio.create_task(self._registration.run(), name="queuert-registration"),
+        ]
         if self._scheduler is not None:
             tasks.append(asyncio.create_task(self._scheduler.run(), name="queuert-scheduler"))
         if self._pruner is not None:

@@ -28,6 +28,7 @@ from queuert_notify.testing.state_cases.controls import ControlsCases
 from queuert_notify.testing.state_cases.deduplication import DeduplicationCases
 from queuert_notify.testing.state_cases.health import HealthCases
 from queuert_notify.testing.state_cases.inspecting import InspectingCases
+from queuert_notify.testing.state_cases.job_logs import JobLogsCases
 from queuert_notify.testing.state_cases.leases import LeasesCases
 from queuert_notify.testing.state_cases.listing import ListingCases
 from queuert_notify.testing.state_cases.pruning import PruningCases
@@ -57,6 +58,7 @@ class StateAdapterConformance(
     ScheduleCases,
     ControlsCases,
     HealthCases,
+    JobLogsCases,
 ):
     """Behaviour every state adapter must show; see the module docstring. Each base class
     holds the cases of one area (queuert_notify/testing/state_cases/)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from queuert_notify.client.client import Client
 from queuert_notify.events import EventEmitter
+from queuert_notify.job_logs.attempt_log import running_attempt
 from queuert_notify.jobs import HandlerRegistry, Job, JobContext
 from queuert_notify.notify.protocol import Unsubscribe
 from queuert_notify.observe import instrumentation
@@ -19,6 +20,7 @@ from queuert_notify.worker.lease_keeper import LeaseKeeper
 from queuert_notify.worker.settings import WorkerSettings
 from queuert_notify.worker.wake.bounds import CALL_LIMIT
 from queuert_notify.worker.wake.subscriptions import WakeSubscriptions
+from state_adapters.model import JobLogLine
 
 
 class JobExecution:
@@ -47,6 +49,7 @@ class JobExecution:
         self._subscriptions = subscriptions
         self._leases = leases
         self._outcomes = outcomes
+        self._logs = outcomes.logs
         self._emit = emit
         self._no_session_reason = (
             "ctx.session exists only in atomic mode; this worker runs in staged mode "
@@ -59,6 +62,7 @@ class JobExecution:
     async def execute(self, run: JobRun) -> None:
         job = run.job
         run.trace = instrumentation.active().running(job, run.trace_context)
+        log = self._logs.open(job.id, job.attempt)
         ctx = JobContext(
             job,
             state=self.client.state,
@@ -69,10 +73,14 @@ class JobExecution:
             no_session_reason=self._no_session_reason,
             on_progress=lambda progress: self._emit("progress", job, progress=progress),
             on_lease_renewed=lambda until: self._leases.renewed(run, until),
+            log=log,
             trace=run.trace,
         )
         self._emit("started", job)
+        # JobLogHandler finds the attempt through this, in the handler's task or thread.
+        logging_to = running_attempt.set(log)
         unsubscribe: Unsubscribe | None = None
+        unwritten: list[JobLogLine] = []
         try:
             with run.trace:
                 unsubscribe = await self._subscriptions.listen_for_ownership_loss(
@@ -84,8 +92,12 @@ class JobExecution:
                     run.trace.handling(lambda: self.registry.call(run.job, ctx)),
                     self.handler_timeout,
                 )
-                await self._outcomes.finish(run, ctx, result, error)
+                running_attempt.reset(logging_to)
+                lines = self._logs.close_attempt(log)
+                unwritten = await self._outcomes.finish(run, ctx, result, error, lines)
         finally:
+            if running_attempt.get() is log:
+                running_attempt.reset(logging_to)
             await run.cancel_checks()
             if ctx.transaction is not None:
                 await ctx.transaction.close()
@@ -93,6 +105,9 @@ class JobExecution:
                 with suppress(Exception):
                     async with asyncio.timeout(CALL_LIMIT):
                         await unsubscribe()
+            # However the run ended, its lines are written (with its outcome if any), once
+            # the handler's transaction is closed (on SQLite it may hold the write lock).
+            await self._logs.write(unwritten + self._logs.close_attempt(log))
 
 
 def _job_extra(job: Job, worker_id: str) -> dict[str, Any]:

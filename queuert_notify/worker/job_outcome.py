@@ -7,16 +7,19 @@ import logging
 import traceback
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import replace
 from typing import Any
 
 from queuert_notify.client.client import Client
 from queuert_notify.errors import ConfigurationError, InvalidInputError, JobOwnershipLostError
+from queuert_notify.job_logs.writer import JobLogWriter
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.observe.instrumentation import RunOutcome
 from queuert_notify.worker.completion_batcher import CompletionBatcher
 from queuert_notify.worker.job_run import HandlerTimeout, JobRun
+from queuert_notify.worker.settings import WorkerSettings
 from state_adapters import validation
-from state_adapters.model import Completion
+from state_adapters.model import Completion, JobLogLine
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.transactions.connection_loss import retry_on_connection_loss
 
@@ -49,21 +52,31 @@ class OutcomeWriter:
         emit: Emit,
         release_slot: Callable[[JobRun], None],
         continued: Callable[[str], None],
-        retry_backoff: Callable[[int], float] | None,
-        worker_id: str,
+        settings: WorkerSettings,
     ) -> None:
         self._client = client
+        self.logs = JobLogWriter(client.state, settings)
+        """Writes the log lines of this worker's attempts."""
         self._batcher = batcher
         self._emit = emit
         self._release_slot = release_slot
         self._continued = continued
-        self._retry_backoff = retry_backoff
-        self._worker_id = worker_id
+        self._retry_backoff = settings.retry_backoff
+        self._worker_id = settings.worker_id
 
     async def finish(
-        self, run: JobRun, ctx: JobContext, result: Any, exc: BaseException | None
-    ) -> None:
-        """Write the outcome of a finished handler: completion, retry or failure."""
+        self,
+        run: JobRun,
+        ctx: JobContext,
+        result: Any,
+        exc: BaseException | None,
+        lines: list[JobLogLine],
+    ) -> list[JobLogLine]:
+        """Write the outcome of a finished handler: completion, retry or failure, and the
+        attempt's last log ``lines``: with the completion (in its transaction), or on their
+        own after the handler's transaction rolled back and before a failure is recorded.
+        Returns the lines left to write once the handler's transaction is closed (a run
+        that lost its job or was abandoned; a completion refused for a stale token)."""
         job = run.job
         if run.abandoned:
             logger.warning(
@@ -72,7 +85,7 @@ class OutcomeWriter:
                 extra=self._extra(job),
             )
             self._report(run, "abandoned", error=run.lost_reason)
-            return
+            return lines
         if run.lost_reason is not None or isinstance(exc, asyncio.CancelledError):
             reason = run.lost_reason or "handler cancelled"
             logger.warning(
@@ -80,19 +93,24 @@ class OutcomeWriter:
                 extra={**self._extra(job), "reason": reason},
             )
             self._report(run, "ownership_lost", error=reason)
-            return
+            return lines
         if exc is None:
             try:
                 ctx.check_returned(result)
                 completion = validation.completion(run.job.id, run.lease_token, result)
             except (InvalidInputError, ConfigurationError) as invalid:
-                exc = invalid
+                # The handler's result cannot be stored (output not JSON, a continuation
+                # misused): every attempt would end the same way.
+                await self._fail(run, ctx, invalid, lines, final=True)
+                return []
             else:
-                await self._complete(run, ctx, completion)
-                return
-        await self._fail(run, ctx, exc)
+                return await self._complete(run, ctx, replace(completion, log_lines=lines))
+        await self._fail(run, ctx, exc, lines)
+        return []
 
-    async def _complete(self, run: JobRun, ctx: JobContext, completion: Completion) -> None:
+    async def _complete(
+        self, run: JobRun, ctx: JobContext, completion: Completion
+    ) -> list[JobLogLine]:
         job = run.job
         # A handler that never wrote through ctx.session has nothing to commit with its
         # completion, which then shares a batch like a staged one.
@@ -116,38 +134,51 @@ class OutcomeWriter:
             if transaction is not None:
                 # Usually the handler's own writes (an IntegrityError flushed at COMMIT):
                 # a failed attempt, recorded and retried like an exception in the handler.
-                await self._fail(run, ctx, exc)
-                return
+                await self._fail(run, ctx, exc, list(completion.log_lines))
+                return []
             logger.exception(
                 "completing the job failed; it will be retried when its lease expires",
                 extra=self._extra(job),
             )
-            return
+            return list(completion.log_lines)
         if isinstance(outcome, JobOwnershipLostError):
             logger.warning(
                 "job completed elsewhere or reaped before its completion; result discarded",
                 extra=self._extra(job),
             )
             self._report(run, "ownership_lost", error=str(outcome))
-            return
+            return list(completion.log_lines)
         next_type = completion.continue_with.job.type_name if completion.continue_with else None
         self._report(run, "completed", continued_with=next_type)
         if next_type is not None:
             self._continued(next_type)
+        return []
 
-    async def _fail(self, run: JobRun, ctx: JobContext, exc: BaseException) -> None:
+    async def _fail(
+        self,
+        run: JobRun,
+        ctx: JobContext,
+        exc: BaseException,
+        lines: list[JobLogLine],
+        *,
+        final: bool = False,
+    ) -> None:
         job = run.job
         if ctx.transaction is not None:
             with suppress(Exception):
                 await ctx.transaction.rollback()
+        # After the rollback (on SQLite the handler's transaction holds the write lock),
+        # before the failure is recorded (a reader who sees it sees the lines).
+        await self.logs.write(lines)
         if isinstance(exc, HandlerTimeout):
             error = str(exc)
         else:
             error = "".join(traceback.format_exception(exc))[-_MAX_ERROR_TEXT:]
         retry_delay = self._retry_delay(job)
-        # Misuse (ctx.session in staged mode, a continuation not returned) fails the
-        # same way on every attempt: the chain fails at once.
-        final = isinstance(exc, ConfigurationError)
+        # Misuse (ctx.session in staged mode, a continuation not returned, an output or
+        # a continuation's input that is not JSON: the library's ConfigurationError or
+        # InvalidInputError) fails the same way on every attempt: the chain fails at once.
+        final = final or isinstance(exc, ConfigurationError | InvalidInputError)
         notes = NotificationBuffer()
         try:
             outcome = await retry_on_connection_loss(
@@ -192,7 +223,7 @@ class OutcomeWriter:
                 job.id,
                 job.type_name,
                 job.attempt,
-                "not retried (a ConfigurationError)" if final else "no attempts left",
+                "not retried (it would fail the same way again)" if final else "no attempts left",
                 summary,
                 exc_info=exc_info,
                 extra=self._extra(job),

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Literal
 
 from queuert_notify.errors import InvalidInputError
+from queuert_notify.job_logs.attempt_log import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES
 from queuert_notify.maintenance.pruner import check_retention
 from queuert_notify.maintenance.schedules import Schedule, check_schedules
 from state_adapters.validation import check_positive_int, check_seconds
@@ -20,7 +21,21 @@ WorkerMode = Literal["atomic", "staged"]
 class WorkerSettings:
     """The keyword arguments of :class:`~queuert_notify.worker.worker.Worker`, valid by
     construction: a bad value is an ``InvalidInputError`` naming the setting, raised
-    before the worker exists. An empty ``worker_id`` becomes a random one."""
+    before the worker exists. An empty ``worker_id`` becomes a random one.
+
+    ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter`` as a
+    fraction); ``lease``: seconds a claim lasts without renewal (renewed every third of
+    it); ``handler_timeout``: seconds after which a handler's attempt fails;
+    ``retry_backoff(attempt) -> seconds`` overrides the state adapter's capped
+    exponential backoff; ``reap_interval``: how often an idle worker returns expired
+    leases to pending (default ``lease / 2``); ``loop_lag_threshold``: seconds the event
+    loop may be blocked before a warning names the running jobs (``None``: no
+    watchdog); ``schedules``: :class:`Schedule` s whose chains this worker starts, one
+    per tick across all workers; ``retention``: delete chains that finished longer ago
+    than this (``None``: keep them) -- see docs/operations.md; ``startup_timeout``:
+    seconds ``run()`` waits for a database that does not answer before its one-line
+    ``ConfigurationError`` (see docs/workers.md); ``job_log_lines`` /
+    ``job_log_bytes``: ``ctx.log`` lines kept per attempt (docs/workers.md)."""
 
     concurrency: int = 10
     poll_interval: float = 60.0
@@ -37,13 +52,19 @@ class WorkerSettings:
     loop_lag_threshold: float | None = 0.5
     schedules: tuple[Schedule, ...] = ()
     retention: timedelta | None = None
+    startup_timeout: float = 30.0
+    job_log_lines: int = DEFAULT_MAX_LINES
+    job_log_bytes: int = DEFAULT_MAX_BYTES
 
     def __post_init__(self) -> None:
         check_positive_int(self.concurrency, "concurrency")
         check_seconds(self.poll_interval, "poll_interval", allow_zero=False)
         check_seconds(self.lease, "lease", allow_zero=False)
         check_seconds(self.drain_timeout, "drain_timeout", allow_zero=True)
+        check_seconds(self.startup_timeout, "startup_timeout", allow_zero=True)
         check_positive_int(self.completion_batch_size, "completion_batch_size")
+        check_positive_int(self.job_log_lines, "job_log_lines")
+        check_positive_int(self.job_log_bytes, "job_log_bytes")
         if self.handler_timeout is not None:
             check_seconds(self.handler_timeout, "handler_timeout", allow_zero=False)
         if self.reap_interval is not None:

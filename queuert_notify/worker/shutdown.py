@@ -114,3 +114,13 @@ def stop_signals(on_signal: Callable[[int], None], *, enabled: bool = True) -> I
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)
+
+
+def stopping_line(running: int, drain_timeout: float, *, force: bool) -> str:
+    """What a stop signal is answered with, at the default level: what happens now."""
+    if force:
+        return f"stopping now: cancelling {running} running jobs (they run again later)"
+    return (
+        f"stopping: draining {running} running jobs (up to {drain_timeout:g} s; "
+        "press Ctrl-C again to stop now)"
+    )

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 
 from queuert_notify.worker.job_run import JobRun
+
+logger = logging.getLogger(__name__)
 
 
 class Slots:
@@ -68,9 +71,17 @@ class Slots:
         return [run.job.id for run in self._runs.values()]
 
     def abandon_all(self, reason: str) -> None:
-        """The worker stops: every run keeps its lease until it expires, then runs again."""
+        """The worker stops: every run keeps its lease until it expires, then runs again;
+        each one given up on is one WARNING line naming the job and its type."""
         for run in list(self._runs.values()):
             # An ended run waits only for its done callback to remove it.
             if not run.abandoned and (run.task is None or not run.task.done()):
                 self.abandoned += 1
+                logger.warning(
+                    "abandoned job %s of type %r (%s); it runs again once its lease expires",
+                    run.job.id,
+                    run.job.type_name,
+                    reason,
+                    extra={"job_id": run.job.id, "type_name": run.job.type_name},
+                )
             run.abandon(reason)

@@ -6,9 +6,12 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
-from queuert_notify.errors import ConfigurationError
+from queuert_notify.errors import ConfigurationError, JobNotFoundError
 from queuert_notify.worker.settings import WorkerSettings
+from state_adapters.backoff import Backoff
+from state_adapters.errors import cannot_connect, cannot_connect_reason
 from state_adapters.protocol import StateAdapter
+from state_adapters.transactions.connection_loss import is_connection_loss, is_refused
 
 logger = logging.getLogger(__name__)
 
@@ -16,21 +19,63 @@ CLOCK_SKEW_WARNING = 1.0
 """Seconds this machine's clock may differ from the database's before a warning."""
 _NO_SUCH_JOB = "0" * 32
 """A job id no job has (ids begin with their creation time)."""
+_FIRST_PAUSE, _MAX_PAUSE = 1.0, 5.0
+"""Seconds between tries of an unreachable database at start (doubling)."""
 
 
-async def check_tables(state: StateAdapter) -> None:
-    """Raise the state adapter's ConfigurationError at start on a database whose queue
-    tables were never migrated, instead of failing every claim of the loop.
+async def check_at_start(state: StateAdapter, settings: WorkerSettings) -> None:
+    """Every check of a worker's start, in order: the pool's size (a hint), the
+    database (waited for up to ``settings.startup_timeout``), the clocks (a warning)."""
+    check_pool_size(state, settings)
+    await wait_for_database(state, settings.startup_timeout, worker_id=settings.worker_id)
+    await check_clock(state, worker_id=settings.worker_id)
 
-    One primary-key read of the jobs table, for an id no job has; its JobNotFoundError
-    means the table is there. Anything else (the database is down) is left to the loop,
-    which retries it."""
-    try:
-        await state.get_job(_NO_SUCH_JOB)
-    except ConfigurationError:
-        raise
-    except Exception:
-        return
+
+async def wait_for_database(state: StateAdapter, patience: float, *, worker_id: str) -> None:
+    """Return once the database answers and holds the queue's tables; raise a one-line
+    ``ConfigurationError`` naming the database (password masked) when it is still
+    unreachable after ``patience`` seconds, and at once for tables never migrated or a
+    server that refuses the connection (wrong credentials, no such database).
+
+    Each try is one primary-key read of the jobs table, for an id no job has (its
+    ``JobNotFoundError`` means the table is there); each failed try logs one WARNING
+    line, without a traceback."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    backoff = Backoff(_FIRST_PAUSE, _MAX_PAUSE)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            await state.get_job(_NO_SUCH_JOB)
+        except JobNotFoundError:
+            return
+        except Exception as exc:  # the state layer judges it (drivers raise their own)
+            if is_refused(exc):
+                raise _cannot_connect(state, exc) from None
+            if not is_connection_loss(exc):
+                raise
+            left = deadline - loop.time()
+            if left <= 0:
+                reason = _cannot_connect(state, exc)
+                raise ConfigurationError(
+                    f"gave up after {patience:g}s (--startup-timeout): {reason}"
+                ) from None
+            pause = min(backoff.next(), left)
+            logger.warning(
+                "database unreachable at start (attempt %d; giving up in %.0fs): %s",
+                attempt,
+                left,
+                cannot_connect_reason(exc, None),
+                extra={"worker_id": worker_id, "attempt": attempt},
+            )
+            await asyncio.sleep(pause)
+
+
+def _cannot_connect(state: StateAdapter, exc: BaseException) -> ConfigurationError:
+    return ConfigurationError(
+        cannot_connect(state.address, cannot_connect_reason(exc, None), sqlite=False)
+    )
 
 
 def check_pool_size(state: StateAdapter, settings: WorkerSettings) -> None:

@@ -29,9 +29,9 @@ from queuert_notify.worker.job_run import JobRun
 from queuert_notify.worker.lease_keeper import LeaseKeeper
 from queuert_notify.worker.loop_watchdog import LoopWatchdog, warn_blocked
 from queuert_notify.worker.settings import WorkerMode, WorkerSettings
-from queuert_notify.worker.shutdown import Shutdown, settle, stop_signals
+from queuert_notify.worker.shutdown import Shutdown, settle, stop_signals, stopping_line
 from queuert_notify.worker.slots import Slots
-from queuert_notify.worker.startup_checks import check_clock, check_pool_size, check_tables
+from queuert_notify.worker.startup_checks import check_at_start
 from queuert_notify.worker.wake.policy import WakePolicy
 from queuert_notify.worker.wake.subscriptions import WakeSubscriptions
 from state_adapters.backoff import Backoff
@@ -95,22 +95,14 @@ class Worker:
         loop_lag_threshold: float | None = 0.5,
         schedules: Sequence[Schedule] = (),
         retention: timedelta | None = None,
+        startup_timeout: float = 30.0,
+        job_log_lines: int = 1000,
+        job_log_bytes: int = 256 * 1024,
     ) -> None:
-        """
-        ``poll_interval``: seconds between SQL polls when no hint arrives (± ``jitter``
-        as a fraction); ``lease``: seconds a claim lasts without renewal (renewed every
-        third of it); ``handler_timeout``: seconds after which a handler's attempt fails;
-        ``retry_backoff(attempt) -> seconds`` overrides the state adapter's capped
-        exponential backoff; ``reap_interval``: how often an idle worker returns expired
-        leases to pending (default ``lease / 2``); ``on_event``: called with a
-        :class:`WorkerEvent` for every started/completed/retried/failed/ownership_lost/
-        reaped/progress/loop_blocked; ``loop_lag_threshold``: seconds the event loop may
-        be blocked before a warning names the running jobs (``None``: no watchdog);
-        ``schedules``: :class:`Schedule` s whose chains this worker starts, one per tick
-        across all workers; ``retention``: delete chains that finished longer ago than
-        this (``None``: keep them) -- see docs/operations.md.
-        Checked here (see :class:`WorkerSettings`): a bad value raises InvalidInputError.
-        """
+        """The keyword arguments are :class:`WorkerSettings`' (documented there) and
+        ``on_event``: called with a :class:`WorkerEvent` for every started/completed/
+        retried/failed/ownership_lost/reaped/progress/loop_blocked. Checked here: a bad
+        value raises InvalidInputError."""
         settings = WorkerSettings(
             concurrency=concurrency,
             poll_interval=poll_interval,
@@ -127,6 +119,9 @@ class Worker:
             loop_lag_threshold=loop_lag_threshold,
             schedules=tuple(schedules),
             retention=retention,
+            startup_timeout=startup_timeout,
+            job_log_lines=job_log_lines,
+            job_log_bytes=job_log_bytes,
         )
         self.settings = settings
         self.client = client
@@ -180,6 +175,7 @@ class Worker:
             reaped=lambda job_id: self._emit("reaped", job_id=job_id),
             woke=self._on_reconnect,
             worker_id=self.worker_id,
+            slots=concurrency,
         )
         self._watchdog = (
             LoopWatchdog(loop_lag_threshold, on_lag=self._on_loop_lag, active=self._slots.job_ids)
@@ -253,8 +249,7 @@ class Worker:
             emit=self._emit,
             release_slot=self._release_slot,
             continued=self._continued,
-            retry_backoff=self.retry_backoff,
-            worker_id=self.worker_id,
+            settings=self.settings,
         )
         self._execution = JobExecution(
             self.client,
@@ -268,9 +263,7 @@ class Worker:
         with stop_signals(self._on_signal, enabled=handle_signals):
             try:
                 await self.client.connect()
-                check_pool_size(self.client.state, self.settings)
-                await check_tables(self.client.state)
-                await check_clock(self.client.state, worker_id=self.worker_id)
+                await check_at_start(self.client.state, self.settings)
                 # Claims and completions on connections kept out of the pool while the
                 # worker runs (when the adapter keeps any).
                 await held.enter_async_context(self.client.state.holding_connections())
@@ -328,9 +321,8 @@ class Worker:
 
     def _on_signal(self, signum: int) -> None:
         force = self._shutdown.requested
-        logger.info(
-            "signal received; %s",
-            "cancelling running handlers" if force else "draining running jobs",
+        logger.warning(
+            stopping_line(len(self._slots), self.drain_timeout, force=force),
             extra={"worker_id": self.worker_id, "signal": signum},
         )
         self._request_stop(force=force)

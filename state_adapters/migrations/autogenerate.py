@@ -10,11 +10,14 @@ so a revision runs whichever database it was generated against.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from alembic.autogenerate.api import AutogenContext
 from sqlalchemy import JSON
 from sqlalchemy.dialects.postgresql import JSONB
+
+if TYPE_CHECKING:
+    # A type only: importing Alembic costs every CLI command a second of start-up.
+    from alembic.autogenerate.api import AutogenContext
 
 
 def render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | Literal[False]:

@@ -143,10 +143,12 @@ class ChainStatements:
         return Query(statement, {})
 
     def delete_chain(self, chain_id: str) -> list[Query]:
-        """Delete a chain, its jobs, their blocker links and its dedup key, in that order."""
+        """Delete a chain, its jobs' blocker links and log lines, its dedup key, its jobs
+        and the chain row, in that order."""
         t = self.tables
         own_jobs = select(t.jobs.c.id).where(t.jobs.c.chain_id == chain_id).scalar_subquery()
         statements = [
+            delete(t.job_logs).where(t.job_logs.c.job_id.in_(own_jobs)),
             delete(t.blockers).where(
                 or_(t.blockers.c.job_id.in_(own_jobs), t.blockers.c.blocker_chain_id == chain_id)
             ),

@@ -74,13 +74,14 @@ class ChainReads:
         type_name: str | None = None,
         limit: int = 50,
         after: str | None = None,
+        session: CallerSession = None,
     ) -> Page:
         """Chains newest first (ids are time-ordered), keyset-paginated by id."""
         check_status(status)
         check_optional_key(type_name, "type_name")
         limit = check_limit(limit)
         query = self._db.chains.list_chains(status, type_name, limit + 1, check_id_cursor(after))
-        async with self._transactions.read(None) as conn:
+        async with self._transactions.read(session) as conn:
             rows = (await conn.execute(*query)).mappings().all()
         items = [chain_record(row) for row in rows[:limit]]
         cursor = items[-1].id if len(rows) > limit else None
@@ -94,6 +95,7 @@ class ChainReads:
         type_name: str | None = None,
         limit: int = 50,
         after: str | None = None,
+        session: CallerSession = None,
     ) -> Page:
         """Jobs newest first; with ``chain_id``, that chain's jobs in chain order."""
         check_status(status)
@@ -102,7 +104,7 @@ class ChainReads:
         limit = check_limit(limit)
         cursor = check_index_cursor(after) if chain_id is not None else check_id_cursor(after)
         query = self._db.chains.list_jobs(chain_id, status, type_name, limit + 1, cursor)
-        async with self._transactions.read(None) as conn:
+        async with self._transactions.read(session) as conn:
             rows = (await conn.execute(*query)).mappings().all()
         items = [job_record(row) for row in rows[:limit]]
         next_cursor = None
@@ -111,11 +113,13 @@ class ChainReads:
             next_cursor = str(last.chain_index) if chain_id is not None else last.id
         return Page(items, next_cursor)
 
-    async def count_jobs(self, *, type_names: Sequence[str] | None = None) -> Mapping[str, int]:
+    async def count_jobs(
+        self, *, type_names: Sequence[str] | None = None, session: CallerSession = None
+    ) -> Mapping[str, int]:
         """Number of jobs per status (every status present, zero included)."""
         types = None if type_names is None else check_type_names(type_names)
         counts: dict[str, int] = dict.fromkeys(ALL_STATUSES, 0)
-        async with self._transactions.read(None) as conn:
+        async with self._transactions.read(session) as conn:
             for status, count in await conn.execute(*self._db.chains.count_jobs(types)):
                 counts[status] = int(count)
         return counts

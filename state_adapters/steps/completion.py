@@ -16,6 +16,7 @@ from state_adapters.notifications import NotificationBuffer
 from state_adapters.statements.queue import Query
 from state_adapters.statements.records import next_job_row
 from state_adapters.steps.finishing import after_finalizing
+from state_adapters.steps.job_logs import write_lines
 
 if TYPE_CHECKING:
     from state_adapters.database import Conn, Database
@@ -79,6 +80,12 @@ async def complete(
     ]
     done, finalized = await db.complete(
         conn, finished, next_jobs, now, alone=alone, records=records
+    )
+    # The lines of the jobs whose completion held, with it: one statement for the batch.
+    await write_lines(
+        conn,
+        db.chains.tables,
+        [line for c in first.values() if c.job_id in done for line in c.log_lines],
     )
     for row in next_jobs:
         if row["previous_id"] in done:

@@ -5,7 +5,8 @@ What one batch guarantees (:func:`prune_chains` statement by statement on SQLite
 
 - only chains that are final (``completed_at`` set: completed, failed or
   cancelled) and finished before the cut-off are deleted, with their jobs, the
-  blocker links of those jobs and of those chains, and their dedup keys;
+  lines those jobs logged, the blocker links of those jobs and of those chains, and
+  their dedup keys;
 - never a chain that a job of an unfinished chain waits or waited on: it stays
   until its dependents' chains are final too (so they can still be read, and
   retried, with their blockers in place);
@@ -102,7 +103,10 @@ class PruningStatements:
         t = self.tables
         picked = self._picking(t.chains.c.id).cte("picked")
         ids = select(picked.c.id)
+        # Every part sees the snapshot before any deletes: the jobs are still there.
+        logged = select(t.jobs.c.id).where(t.jobs.c.chain_id.in_(ids))
         parts = [
+            delete(t.job_logs).where(t.job_logs.c.job_id.in_(logged)).cte("gone_lines"),
             delete(t.jobs).where(t.jobs.c.chain_id.in_(ids)).cte("gone_jobs"),
             delete(t.blockers).where(t.blockers.c.job_id.in_(ids)).cte("gone_waits"),
             delete(t.blockers).where(t.blockers.c.blocker_chain_id.in_(ids)).cte("gone_links"),
@@ -113,6 +117,16 @@ class PruningStatements:
             .where(t.chains.c.id.in_(ids), t.chains.c.completed_at.is_not(None))
             .add_cte(*parts)
         )
+
+    def delete_job_logs(self, chain_ids: list[str]) -> Query:
+        """Delete the lines the jobs of these chains logged (before the jobs)."""
+        return Query(self._delete_job_logs, {"chain_ids": chain_ids})
+
+    @cached_property
+    def _delete_job_logs(self) -> Delete:
+        jobs, lines = self.tables.jobs, self.tables.job_logs
+        logged = select(jobs.c.id).where(self.dialect.in_list(jobs.c.chain_id, "chain_ids"))
+        return delete(lines).where(lines.c.job_id.in_(logged))
 
     def delete_jobs(self, chain_ids: list[str]) -> Query:
         """Delete the jobs of these chains."""
@@ -171,9 +185,10 @@ async def prune_chains(
     if not picked:
         return 0
     chain_ids = [row.id for row in picked]
+    await conn.execute(*statements.delete_job_logs(chain_ids))
     await conn.execute(*statements.delete_jobs(chain_ids))
     # Most chains have neither links nor a dedup key, and the chain row says so: a batch
-    # of them is three statements, so it holds its locks (on SQLite, the database) briefly.
+    # of them is four statements, so it holds its locks (on SQLite, the database) briefly.
     if any(row.was_blocked or row.has_dependents for row in picked):
         await conn.execute(*statements.delete_blocker_links(chain_ids))
     if any(row.dedup_key is not None for row in picked):

@@ -25,7 +25,7 @@ from state_adapters.steps.limited_claims import LimitedClaim, earliest, forgotte
 
 if TYPE_CHECKING:
     from state_adapters.database import Conn, Database
-    from state_adapters.transactions.calls import Transactions
+    from state_adapters.transactions.calls import CallerSession, Transactions
     from state_adapters.transactions.connection_lanes import ConnectionLanes
 
 REFRESH_SECONDS = 1.0
@@ -49,9 +49,9 @@ class TypeControls:
 
     # -- what is set -------------------------------------------------------------------
 
-    async def all(self) -> list[TypeLimits]:
-        """Every paused or limited type, by name (read now)."""
-        async with self._db.reader.connect() as conn:
+    async def all(self, session: CallerSession = None) -> list[TypeLimits]:
+        """Every paused or limited type, by name (read now, in ``session`` if given)."""
+        async with self._transactions.read(session) as conn:
             rows = (await conn.execute(*self._sql.read_all())).all()
         controls = [_type_limits(row) for row in rows]
         self._remember(controls)
@@ -91,7 +91,9 @@ class TypeControls:
 
     # -- changing them -----------------------------------------------------------------
 
-    async def pause(self, type_name: str, notes: NotificationBuffer) -> None:
+    async def pause(
+        self, type_name: str, notes: NotificationBuffer, session: CallerSession = None
+    ) -> None:
         """Pause ``type_name``: no claim takes its jobs from the commit on."""
         type_name = validation.check_type_name(type_name)
 
@@ -99,10 +101,16 @@ class TypeControls:
             await conn.execute(*self._sql.ensure_row(type_name))
             await conn.execute(*self._sql.set_paused(type_name, True))
 
-        await self._transactions.write(None, notes, work)
+        await self._transactions.write(session, notes, work)
         self._loaded_at = float("-inf")
 
-    async def resume(self, type_name: str, notes: NotificationBuffer, now: datetime) -> None:
+    async def resume(
+        self,
+        type_name: str,
+        notes: NotificationBuffer,
+        now: datetime,
+        session: CallerSession = None,
+    ) -> None:
         """Resume ``type_name`` and note its due jobs as scheduled, so that idle workers
         wake at once."""
         type_name = validation.check_type_name(type_name)
@@ -112,12 +120,12 @@ class TypeControls:
             await conn.execute(*self._sql.delete_if_idle(type_name))
             await self._announce(conn, staged, type_name, now)
 
-        await self._transactions.write(None, notes, work)
+        await self._transactions.write(session, notes, work)
         self._loaded_at = float("-inf")
 
-    async def paused(self) -> set[str]:
+    async def paused(self, session: CallerSession = None) -> set[str]:
         """The types paused now."""
-        return {c.type_name for c in await self.all() if c.paused}
+        return {c.type_name for c in await self.all(session) if c.paused}
 
     async def set_limits(
         self,
@@ -129,6 +137,7 @@ class TypeControls:
         per_seconds: float | None,
         notes: NotificationBuffer,
         now: datetime,
+        session: CallerSession = None,
     ) -> TypeLimits:
         """Replace the limits of ``type_name``; checked before anything is written.
         Notes the type's due jobs as scheduled (a limit raised or lifted frees slots)."""
@@ -153,7 +162,7 @@ class TypeControls:
             await self._announce(conn, staged, type_name, now)
             return TypeLimits(type_name) if row is None else _type_limits(row)
 
-        result = await self._transactions.write(None, notes, work)
+        result = await self._transactions.write(session, notes, work)
         self._loaded_at = float("-inf")
         self._retry_at.pop(type_name, None)
         return result
@@ -307,19 +316,24 @@ class TypeControlMethods:
 
     _controls: TypeControls
 
-    async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
+    async def pause_type(
+        self, type_name: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> None:
         """Stop every worker from claiming ``type_name`` (running jobs finish); stored,
-        so workers started later leave it alone too."""
-        await self._controls.pause(type_name, notes)
+        so workers started later leave it alone too. ``session``: the caller's
+        transaction (``SyncClient``'s connection), else one of its own."""
+        await self._controls.pause(type_name, notes, session)
 
-    async def resume_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
+    async def resume_type(
+        self, type_name: str, *, notes: NotificationBuffer, session: CallerSession = None
+    ) -> None:
         """Let workers claim ``type_name`` again; its due jobs are noted as scheduled
         (counted up to 10,000), so idle workers wake at once."""
-        await self._controls.resume(type_name, notes, datetime.now(UTC))
+        await self._controls.resume(type_name, notes, datetime.now(UTC), session)
 
-    async def paused_types(self) -> set[str]:
+    async def paused_types(self, *, session: CallerSession = None) -> set[str]:
         """The types paused now."""
-        return await self._controls.paused()
+        return await self._controls.paused(session)
 
     async def set_limits(
         self,
@@ -330,6 +344,7 @@ class TypeControlMethods:
         rate: int | None,
         per_seconds: float | None,
         notes: NotificationBuffer,
+        session: CallerSession = None,
     ) -> TypeLimits:
         """Replace the limits of ``type_name`` (``None`` lifts one); bad values raise
         ``InvalidInputError`` before anything is written. Workers see new limits within
@@ -342,6 +357,7 @@ class TypeControlMethods:
             per_seconds=per_seconds,
             notes=notes,
             now=datetime.now(UTC),
+            session=session,
         )
 
     async def type_controls(self) -> list[TypeLimits]:

@@ -13,16 +13,25 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from state_adapters.errors import ConfigurationError
+from state_adapters.errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    cannot_connect,
+    cannot_connect_reason,
+    mask_url,
+    unreachable,
+)
 from state_adapters.migrations import missing_tables
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.schema import DEFAULT_TABLE_PREFIX
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from state_adapters.sync.bridge import SyncConnection, run_to_completion
 from state_adapters.transactions.after_commit import CommitSink, buffer_for_transaction
+from state_adapters.transactions.connection_loss import is_connection_loss
 
 T = TypeVar("T")
 
@@ -98,7 +107,11 @@ class SyncStateAdapter:
         from state_adapters.migrations.runner import upgrade
 
         tables = self.state.tables
-        with self.engine.begin() as connection:
+        try:
+            connection = self.engine.connect()
+        except DBAPIError as exc:
+            raise unreachable(self.engine.url, exc) from None
+        with connection, connection.begin():
             lock = self.state.database.take_migration_lock(
                 SyncConnection(connection),  # type: ignore[arg-type]
                 f"{tables.schema}.{tables.table_prefix}",
@@ -112,7 +125,7 @@ class SyncStateAdapter:
         COMMIT (none on rollback, none for a savepoint that rolled back)."""
         if session is None:
             notes = NotificationBuffer()
-            with self.engine.begin() as conn:
+            with self._connect() as conn, conn.begin():
                 result = run_to_completion(work(self.state, SyncConnection(conn), notes))
                 announcer.in_transaction(conn, notes)
             announcer.after_commit(notes, _committed)
@@ -131,8 +144,21 @@ class SyncStateAdapter:
         if session is not None:
             connection = _connection_of(session)
             return run_to_completion(work(self.state, SyncConnection(connection), _NOTHING))
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return run_to_completion(work(self.state, SyncConnection(conn), _NOTHING))
+
+    def _connect(self) -> Connection:
+        """A pooled connection; a database that does not answer is one
+        ``DatabaseUnavailableError`` line naming it (no retries: the caller's thread
+        is a request's)."""
+        try:
+            return self.engine.connect()
+        except DBAPIError as exc:
+            if not is_connection_loss(exc):
+                raise
+            address = mask_url(self.engine.url.render_as_string(hide_password=False))
+            reason = cannot_connect_reason(exc, self.engine.url.password)
+            raise DatabaseUnavailableError(cannot_connect(address, reason, sqlite=False)) from None
 
 
 _NOTHING = NotificationBuffer()

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from state_adapters.backoff import Backoff
+from state_adapters.errors import cannot_connect_reason, unreachable
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +52,11 @@ def is_connection_loss(exc: BaseException) -> bool:
     """True when ``exc`` says the database could not be reached: the connection died
     under the call, connecting failed (refused, reset, timed out: no SQLSTATE), a
     connection exception (SQLSTATE class 08), or a server starting up or shutting
-    down. Never for constraint violations, bad SQL, lock or statement timeouts."""
+    down. Never for constraint violations, bad SQL, lock or statement timeouts, nor
+    for a server that refuses the connection for good (:func:`is_refused`)."""
     if isinstance(exc, ConnectionError | TimeoutError):
         return True  # asyncpg's connect raises the socket's error itself
-    if not isinstance(exc, DBAPIError):
+    if not isinstance(exc, DBAPIError) or is_refused(exc):
         return False
     if exc.connection_invalidated:
         return True
@@ -67,13 +71,35 @@ def is_connection_loss(exc: BaseException) -> bool:
     return sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES
 
 
+_REFUSALS = (
+    "does not exist",  # the database or the role
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "not permitted to log in",
+)
+"""What a Postgres server says when it refuses a connection for good. psycopg reports
+these without a SQLSTATE (asyncpg with class 28 or 3D), like a refused port."""
+
+
+def is_refused(exc: BaseException) -> bool:
+    """True when the server answered but refused the connection for a reason waiting
+    does not fix: wrong credentials, no such database or role, not allowed in."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate is not None:
+        return str(sqlstate).startswith(("28", "3D"))
+    message = str(exc.orig)
+    return "FATAL:" in message and any(refusal in message for refusal in _REFUSALS)
+
+
 async def retry_on_connection_loss(
     call: Callable[[], Awaitable[T]], *, what: str, until: float | None = None
 ) -> T:
     """Await ``call()``, calling again with jittered exponential backoff while the
     database is unreachable (:func:`is_connection_loss`), for :data:`RETRY_WINDOW`
     seconds or, with ``until`` (a ``loop.time()``), for as long as the next call would
-    start before ``until``.
+    start before ``until``. Logs one WARNING when it first retries (the rest at DEBUG).
 
     Only for calls that are safe to repeat: reads, writes fenced by a lease token, and
     writes in a transaction of their own. A connection lost while COMMIT was in flight
@@ -91,11 +117,29 @@ async def retry_on_connection_loss(
             pause = backoff.next()
             if not is_connection_loss(exc) or loop.time() + pause >= deadline:
                 raise
-            logger.warning(
-                "database unreachable during %s; retrying in %.2fs",
+            # One line per call at the default level; each further attempt at DEBUG.
+            logger.log(
+                logging.WARNING if attempt == 1 else logging.DEBUG,
+                "database unreachable during %s; retrying for up to %.0fs: %s",
                 what,
-                pause,
+                deadline - loop.time(),
+                cannot_connect_reason(exc, None),
                 extra={"attempt": attempt, "error": type(exc.orig).__name__},
             )
         await asyncio.sleep(pause)
         attempt += 1
+
+
+@asynccontextmanager
+async def begin_or_explain(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """``engine.begin()``, where a database that cannot be connected to is the one-line
+    :func:`~state_adapters.errors.unreachable` ``ConfigurationError`` (``migrate()``)."""
+    try:
+        connection = await engine.connect()
+    except DBAPIError as exc:
+        raise unreachable(engine.url, exc) from None
+    try:
+        async with connection.begin():
+            yield connection
+    finally:
+        await connection.close()

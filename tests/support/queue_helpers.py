@@ -152,6 +152,14 @@ async def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.
         await asyncio.sleep(interval)
 
 
+def all_but_the_slowest(latencies: list[float]) -> float:
+    """The second-largest of ``latencies``: a latency bound asserted on it lets one
+    sample absorb a stall of a loaded machine, and still fails when wakeups are slow as
+    a rule (tests asserting it are marked ``timing``)."""
+    assert len(latencies) >= 3, latencies
+    return sorted(latencies)[-2]
+
+
 class CountingState:
     """The real state adapter, with a count of calls per method (to prove what a worker
     did or did not ask the database)."""

@@ -49,11 +49,11 @@ class DeduplicationCases:
 
     async def test_a_dedup_window_limits_how_long_a_key_deduplicates(self, state: Any) -> None:
         # A window wide enough that a loaded machine still starts `inside` within it.
-        first = await start(state, dedup_key="k", dedup_window=1.5)
-        inside = await start(state, dedup_key="k", dedup_window=1.5)
+        first = await start(state, dedup_key="k", dedup_window=3.0)
+        inside = await start(state, dedup_key="k", dedup_window=3.0)
         assert inside.id == first.id and inside.deduplicated is True
-        await asyncio.sleep(1.6)
-        after = await start(state, dedup_key="k", dedup_window=1.5)
+        await asyncio.sleep(3.1)
+        after = await start(state, dedup_key="k", dedup_window=3.0)
         assert after.id != first.id and after.deduplicated is False
 
     async def test_duplicates_within_one_batch_make_one_chain(self, state: Any) -> None:

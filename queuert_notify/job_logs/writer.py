@@ -1,0 +1,90 @@
+"""Writing the lines of a worker's running jobs: all of them in one batch at most
+``interval`` seconds apart, each batch one transaction of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from queuert_notify.job_logs.attempt_log import AttemptLog
+from state_adapters.model import JobLogLine
+from state_adapters.protocol import StateAdapter
+
+if TYPE_CHECKING:
+    from queuert_notify.worker.settings import WorkerSettings
+
+logger = logging.getLogger(__name__)
+
+FLUSH_INTERVAL = 1.0
+"""Seconds a line of a running job waits at most before its batch is written."""
+
+
+class JobLogWriter:
+    """Writes the lines of the attempts :meth:`open` registered, every ``interval``
+    seconds, all attempts in one write; an attempt's last lines are handed back by
+    :meth:`close_attempt` to go with its outcome.
+
+    Invariants: a line is written at most once; a write that fails loses its lines
+    (logged with their number) and never fails a job; no database call runs in a
+    handler's path; its one task runs only while an attempt is open or a write is in
+    flight (the last :meth:`close_attempt` stops it, or it ends after that write), so
+    nothing outlives the worker's runs. An attempt's last lines may commit before a
+    batch of its earlier ones still in flight: readers order by ``seq``.
+    """
+
+    def __init__(
+        self, state: StateAdapter, settings: WorkerSettings, *, interval: float = FLUSH_INTERVAL
+    ) -> None:
+        self._state = state
+        self._max_lines = settings.job_log_lines
+        self._max_bytes = settings.job_log_bytes
+        self._interval = interval
+        self._open: set[AttemptLog] = set()
+        self._writing: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def open(self, job_id: str, attempt: int) -> AttemptLog:
+        """A new attempt's log, written by this writer until :meth:`close_attempt`."""
+        log = AttemptLog(job_id, attempt, max_lines=self._max_lines, max_bytes=self._max_bytes)
+        self._open.add(log)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="queuert-job-log-writer")
+        return log
+
+    def close_attempt(self, log: AttemptLog) -> list[JobLogLine]:
+        """The attempt's lines not handed out yet (and its marker of dropped lines), to go
+        with its outcome. Never waits for a write in flight: on SQLite that write may wait
+        for the write lock the attempt's own transaction holds."""
+        self._open.discard(log)
+        if not self._open and self._writing is None and self._task is not None:
+            self._task.cancel()  # asleep between writes: nothing is lost
+            self._task = None
+        return log.finish()
+
+    async def write(self, lines: list[JobLogLine]) -> None:
+        """Write ``lines`` now, in a transaction of their own (the lines of an attempt
+        that did not complete); a failure is logged, never raised."""
+        if not lines:
+            return
+        try:
+            await self._state.append_job_logs(lines)
+        except Exception:
+            logger.warning(
+                "writing job log lines failed; %d lines lost",
+                len(lines),
+                exc_info=True,
+                extra={"job_ids": sorted({line.job_id for line in lines})},
+            )
+
+    async def _run(self) -> None:
+        while self._open:
+            await asyncio.sleep(self._interval)
+            lines = [line for log in list(self._open) for line in log.take()]
+            if lines:
+                self._writing = asyncio.ensure_future(self.write(lines))
+                try:
+                    await asyncio.shield(self._writing)
+                finally:
+                    self._writing = None
+        self._task = None

@@ -36,20 +36,22 @@ CONSUMER_TIMEOUT = 3.0
 
 
 class ClaimPassSeen:
-    """The real state adapter, noting when a claim pass (``acquire``) has returned."""
+    """The real state adapter, noting when a worker's claim pass has ended: its last
+    query (``next_due_at``, which sets the idle sleep) has answered. A job committed
+    while that query runs could be found by it and claimed without any wakeup."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
-        self.claimed = asyncio.Event()
+        self.idle = asyncio.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def acquire(self, *args: Any, **kwargs: Any) -> Any:
+    async def next_due_at(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await self._inner.acquire(*args, **kwargs)
+            return await self._inner.next_due_at(*args, **kwargs)
         finally:
-            self.claimed.set()
+            self.idle.set()
 
 
 @dataclass
@@ -147,7 +149,7 @@ async def test_a_worker_killed_holding_a_token_gives_it_back_and_another_worker_
 
         await wait_until(two_consumers)
         # Its start-up claim is over: it cannot find the job below by itself.
-        await asyncio.wait_for(watched.claimed.wait(), timeout=10)
+        await asyncio.wait_for(watched.idle.wait(), timeout=10)
         await silent.start_chain("effect")
         assert await admin.llen(held) == 1, "the dead worker's token was returned too early"
         # Returned after the dead consumer's timeout plus a heartbeat, long before the

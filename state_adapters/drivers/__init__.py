@@ -109,10 +109,16 @@ async def run_on_driver(
     error is raised as ``DBAPIError`` (a missing queue table as
     :mod:`state_adapters.migrations.missing_tables` says) and a disconnect invalidates the
     connection."""
-    fairy = await conn.get_raw_connection()
-    dbapi_connection = fairy.dbapi_connection
     sync = conn.sync_connection
+    if sync is not None and not (sync.invalidated or sync.closed):
+        # A live connection hands its pooled connection over without IO; only
+        # reconnecting one needs the greenlet ``get_raw_connection`` spawns.
+        fairy = sync.connection
+    else:
+        fairy = await conn.get_raw_connection()
+        sync = conn.sync_connection
     assert sync is not None  # a connection that handed out its raw connection is open
+    dbapi_connection = fairy.dbapi_connection
     dialect = conn.dialect
     try:
         # Listeners run where SQLAlchemy runs them: in a greenlet that may await IO. The

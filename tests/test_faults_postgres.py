@@ -1,5 +1,7 @@
 """Killed Postgres backends (``pg_terminate_backend``) mid-run: workers and the client
-retry and carry on; no job is lost and none completes twice."""
+retry and carry on; no job is lost and none completes twice. On each async driver
+(psycopg 3, asyncpg): a kill lands in a claim, a completion, a renewal or a start, each
+sent on the driver connection under SQLAlchemy's (``state_adapters/drivers/``)."""
 
 from __future__ import annotations
 
@@ -67,12 +69,15 @@ class BackendKiller:
 
 
 @pytest.fixture
-async def engine(postgres_url: str, prefix: str) -> AsyncIterator[AsyncEngine]:
+async def engine(async_postgres_url: str, prefix: str) -> AsyncIterator[AsyncEngine]:
     """An engine whose sessions carry this test's application_name, so the killer
     terminates only them."""
-    engine = create_async_engine(
-        postgres_url, connect_args={"application_name": prefix}, pool_size=12
+    connect_args: dict[str, Any] = (
+        {"server_settings": {"application_name": prefix}}
+        if async_postgres_url.startswith("postgresql+asyncpg")
+        else {"application_name": prefix}
     )
+    engine = create_async_engine(async_postgres_url, connect_args=connect_args, pool_size=12)
     try:
         yield engine
     finally:

@@ -10,7 +10,10 @@ rotates from one transaction to the next:
 - ``session INSERT``: ``s.execute(insert(table).values(...))``, a one-row Core INSERT
   through the same session (what the application's own row costs);
 - ``driver INSERT`` (the floor): the same one-row INSERT sent by the driver itself
-  (psycopg's ``execute``, asyncpg's ``execute``) on the connection under the session.
+  (psycopg's ``execute``, asyncpg's ``execute``) on the connection under the session;
+- ``queue statement``: the statement ``start_chain`` sends (a chain and its first job),
+  its arguments made beforehand, sent by the driver itself: what the database takes
+  for the queue's rows, so that ``start_chain`` minus it is the queue's own code.
 
 The INSERTs go into a table of the run's own with a primary key and one index (the
 shape of the peers benchmark's floor). The queue's notify adapter is in-process: the
@@ -24,8 +27,9 @@ import argparse
 import itertools
 import statistics
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from sqlalchemy import Column, DateTime, Index, MetaData, String, Table, func, insert, text
 from sqlalchemy.engine import make_url
@@ -61,7 +65,7 @@ def _floor_sql(driver: str, table: str) -> str:
     return f"INSERT INTO {table} (id, type_name, created_at) VALUES ({mark[0]}, {mark[1]}, now())"
 
 
-async def _send(driver: str, connection: AsyncConnection, sql: str, row: tuple[str, str]) -> None:
+async def _send(driver: str, connection: AsyncConnection, sql: str, row: Sequence[Any]) -> None:
     """``sql`` through the driver connection under ``connection``, in its transaction
     (begun by the untimed ``SELECT 1``)."""
     raw = (await connection.get_raw_connection()).driver_connection
@@ -70,6 +74,35 @@ async def _send(driver: str, connection: AsyncConnection, sql: str, row: tuple[s
         await raw.execute(sql, row)
     else:
         await raw.execute(sql, *row)
+
+
+def _queue_statement(state: Any) -> tuple[str, Callable[[], Sequence[Any]]]:
+    """The SQL of a plain one-chain start and a maker of its driver arguments (a new
+    chain id each), from the state layer's own definitions."""
+    from state_adapters.ids import new_id
+    from state_adapters.model import NewJob
+    from state_adapters.statements.records import job_row
+
+    database = state._db
+
+    def query() -> Any:
+        chain_id = new_id()
+        row = job_row(
+            NewJob("bench-start", {"n": 1}),
+            job_id=chain_id,
+            chain_id=chain_id,
+            chain_index=0,
+            now=datetime.now(UTC),
+            dedup_key=None,
+            blockers_pending=0,
+        )
+        return database._own.insert_first_jobs([row])
+
+    def arguments() -> Sequence[Any]:
+        made = query()
+        return cast(Sequence[Any], database.compiled(made.statement).arguments(made.params))
+
+    return database.compiled(query().statement).sql, arguments
 
 
 def _variant(driver: str, form: str, args: argparse.Namespace) -> runner.Variant:
@@ -97,9 +130,16 @@ def _variant(driver: str, form: str, args: argparse.Namespace) -> runner.Variant
                 await conn.run_sync(metadata.create_all)
             floor_sql = _floor_sql(driver, table.name)
             ids = itertools.count()
-            timings: dict[str, list[float]] = {"start_chain": [], "session": [], "driver": []}
+            queue_sql, queue_arguments = _queue_statement(stack.client.state)
+            timings: dict[str, list[float]] = {
+                "start_chain": [],
+                "session": [],
+                "driver": [],
+                "queue": [],
+            }
 
             async def measured(target: Any, connection: AsyncConnection, order: list[str]) -> None:
+                queue_row = queue_arguments()
                 steps: dict[str, Callable[[], Awaitable[object]]] = {
                     "start_chain": lambda: client.start_chain(
                         "bench-start", {"n": 1}, session=target
@@ -110,6 +150,7 @@ def _variant(driver: str, form: str, args: argparse.Namespace) -> runner.Variant
                         )
                     ),
                     "driver": lambda: _send(driver, connection, floor_sql, (f"d{next(ids)}", "b")),
+                    "queue": lambda: _send(driver, connection, queue_sql, queue_row),
                 }
                 for name in order:
                     began = time.perf_counter()
@@ -118,7 +159,7 @@ def _variant(driver: str, form: str, args: argparse.Namespace) -> runner.Variant
 
             names = list(timings)
             for index in range(args.transactions):
-                order = names[index % 3 :] + names[: index % 3]
+                order = names[index % 4 :] + names[: index % 4]
                 if form == "session":
                     async with AsyncSession(engine) as session, session.begin():
                         await session.execute(text("SELECT 1"))
@@ -129,13 +170,15 @@ def _variant(driver: str, form: str, args: argparse.Namespace) -> runner.Variant
                         await measured(connection, connection, order)
             async with engine.begin() as conn:
                 await conn.run_sync(metadata.drop_all)
-        start, session, floor = (statistics.median(timings[n]) * 1e6 for n in names)
+        start, session, floor, queue = (statistics.median(timings[n]) * 1e6 for n in names)
         return {
             "start_chain µs": start,
             "session INSERT µs": session,
             "driver INSERT µs": floor,
+            "queue statement µs": queue,
             "start_chain / session INSERT": start / session,
             "start_chain / driver INSERT": start / floor,
+            "start_chain / queue statement": start / queue,
         }
 
     return runner.Variant(label, one_round)
@@ -152,8 +195,9 @@ async def run(args: argparse.Namespace) -> str:
         [
             f"Medians over {args.rounds} alternating rounds of {args.transactions:,} "
             "transactions, each opened by an untimed SELECT 1, then doing start_chain("
-            "session=...), a one-row INSERT through the same session and the same INSERT "
-            "through the driver (order rotating), one task:",
+            "session=...), a one-row INSERT through the same session, the same INSERT "
+            "through the driver and start_chain's own statement through the driver (order "
+            "rotating), one task:",
             runner.table(rows, first_column="driver, form"),
         ],
         notes=[

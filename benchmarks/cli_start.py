@@ -5,7 +5,8 @@ does): ``--help``, and ``chains list`` on a migrated SQLite file and on Postgres
 of its own (five chains each). With ``--baseline DIR`` (a checkout of an older commit,
 e.g. ``git worktree add /tmp/before <commit>``) the same commands also run with that
 checkout first on ``PYTHONPATH``, alternating round by round with this one, so both
-sides see the same load. Figures are wall-clock milliseconds, medians over rounds.
+sides see the same load. Figures are wall-clock and CPU (user + system) milliseconds of
+the command's process, medians over rounds.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -97,19 +99,26 @@ def _timer(
     async def one_round() -> runner.Figures:
         figures = {}
         for name, argv in commands.items():
-            figures[f"{name} ms"] = await _time(script, argv, env)
+            wall, cpu = await _time(script, argv, env)
+            figures[f"{name}: wall ms"] = wall
+            figures[f"{name}: CPU ms"] = cpu
         return figures
 
     return one_round
 
 
-async def _time(script: str, argv: Sequence[str], env: dict[str, str]) -> float:
+async def _time(script: str, argv: Sequence[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall-clock and CPU (user + system) milliseconds of one run of the command. CPU
+    time counts the process's own work only, so it moves less with the machine's load."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
         script, *argv, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
     _, stderr = await process.communicate()
     elapsed = (time.perf_counter() - started) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if process.returncode != 0:
         raise RuntimeError(f"queuert-notify {' '.join(argv)} failed: {stderr.decode()}")
-    return elapsed
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return elapsed, cpu * 1000

@@ -177,8 +177,10 @@ least every minute, with its reaper's tick)."""
 
 @dataclass(frozen=True, slots=True)
 class WorkerRecord:
-    """One worker as it recorded itself (:meth:`StateAdapter.workers`): ``type_names``
-    it handles, ``slots`` (its concurrency), when it started and last beat."""
+    """One worker as it recorded itself (``client.workers()``,
+    :meth:`StateAdapter.workers`): ``type_names`` it handles, ``slots`` (its
+    concurrency), when it started and last beat. Public as
+    ``queuert_notify.WorkerRecord``; fields in docs/operations.md#workers."""
 
     id: str
     host: str

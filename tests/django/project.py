@@ -53,7 +53,38 @@ TASKS = {
                 "QUEUES": ["default", "other"], "OPTIONS": _queue},
     "lite": {"BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
              "OPTIONS": {**_queue, "database": "lite"}},
+    # Limits, a pause and a schedule from OPTIONS, on tables and a Redis prefix of their own.
+    "ops": {"BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
+            "QUEUES": ["default", "held", "slow"],
+            "OPTIONS": {**_queue, "table_prefix": "qops_",
+                        "redis_prefix": os.environ["QN_PREFIX"] + "ops",
+                        "limits": {"slow": {"concurrency": 2, "rate": 50, "per": 1}},
+                        "paused": ["held"],
+                        "schedules": {"ops-tick": {"task": "shop.tasks.ops_tick",
+                                                   "every": 1, "args": ["tick"]}}}},
 }
+if os.environ.get("QN_BAD_SCHEDULE"):
+    TASKS["ops"]["OPTIONS"]["schedules"]["typo"] = {"task": "shop.tasks.ops_tock", "every": 60}
+"""
+
+ASGI = """
+import os
+
+from django.core.asgi import get_asgi_application
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proj.settings")
+django_app = get_asgi_application()
+
+from queuert_notify.contrib.django.dashboard import dashboard_app  # noqa: E402
+
+application = Starlette(
+    routes=[
+        Mount("/queue", dashboard_app(token=os.environ["QN_DASHBOARD_TOKEN"])),
+        Mount("/", django_app),
+    ]
+)
 """
 
 MODELS = '''
@@ -146,6 +177,18 @@ def other_queue(key):
     return key
 
 
+@task(backend="ops")
+def ops_tick(key):
+    Run.objects.create(key=f"ops:{key}")
+    return key
+
+
+@task(backend="ops", queue_name="held")
+def ops_held(key):
+    Run.objects.create(key=f"ops:{key}")
+    return key
+
+
 @task
 def slow_run(key, seconds):
     Run.objects.create(key=f"{key}:begun")
@@ -198,6 +241,7 @@ def write_project(root: Path) -> None:
         "proj/__init__.py": "",
         "proj/settings.py": SETTINGS,
         "proj/urls.py": URLS,
+        "proj/asgi.py": ASGI,
         "shop/__init__.py": "",
         "shop/models.py": MODELS,
         "shop/routers.py": ROUTERS,

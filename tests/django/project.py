@@ -63,8 +63,46 @@ TASKS = {
                         "schedules": {"ops-tick": {"task": "shop.tasks.ops_tick",
                                                    "every": 1, "args": ["tick"]}}}},
 }
+if os.environ.get("QN_OTEL_SPANS"):
+    # OpenTelemetry as docs/django.md sets it up, spans written to a file per process.
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from proj.spans import FileExporter
+    from queuert_notify.otel import instrument
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(SimpleSpanProcessor(FileExporter(os.environ["QN_OTEL_SPANS"])))
+    trace.set_tracer_provider(_provider)
+    instrument()
 if os.environ.get("QN_BAD_SCHEDULE"):
     TASKS["ops"]["OPTIONS"]["schedules"]["typo"] = {"task": "shop.tasks.ops_tock", "every": 60}
+"""
+
+SPANS = """
+import json
+
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+
+class FileExporter(SpanExporter):
+    \"\"\"Each finished span as a JSON line: name, kind, trace and parent ids, task name.\"\"\"
+
+    def __init__(self, path):
+        self.path = path
+
+    def export(self, spans):
+        with open(self.path, "a") as out:
+            for span in spans:
+                out.write(json.dumps({
+                    "name": span.name,
+                    "kind": span.kind.name,
+                    "trace_id": span.context.trace_id,
+                    "span_id": span.context.span_id,
+                    "parent_id": span.parent.span_id if span.parent else None,
+                }) + "\\n")
+        return SpanExportResult.SUCCESS
 """
 
 ASGI = """
@@ -190,6 +228,16 @@ def ops_held(key):
 
 
 @task
+def traced_run(key):
+    # A span of the task's own nests under the worker's run span.
+    from opentelemetry import trace
+
+    with trace.get_tracer("shop").start_as_current_span(f"inside {key}"):
+        Run.objects.create(key=key)
+    return key
+
+
+@task
 def slow_run(key, seconds):
     Run.objects.create(key=f"{key}:begun")
     time.sleep(seconds)
@@ -242,6 +290,7 @@ def write_project(root: Path) -> None:
         "proj/settings.py": SETTINGS,
         "proj/urls.py": URLS,
         "proj/asgi.py": ASGI,
+        "proj/spans.py": SPANS,
         "shop/__init__.py": "",
         "shop/models.py": MODELS,
         "shop/routers.py": ROUTERS,

@@ -4,6 +4,7 @@ check, and the dashboard mounted beside Django's ASGI app."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -28,35 +29,53 @@ def wait_until(predicate: Any, timeout: float = 120.0) -> None:
         time.sleep(0.1)
 
 
+def finished(result: Any) -> bool:
+    result.refresh()
+    return bool(result.is_finished)
+
+
 def test_options_limits_pauses_and_schedules_apply_when_a_worker_starts(
-    django_project: Project,
+    django_project: Project, postgres_url: str, redis_url: str
 ) -> None:
     from django.db import connection
     from shop.models import Run
     from shop.tasks import ops_held, ops_tick
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    from queuert_notify import RedisNotifyAdapter, SyncClient
 
     held = ops_held.enqueue("held")
     worker = django_project.start_worker("--backend=ops")
     try:
         # "every": 1 — a tick a second, each enqueuing ops_tick("tick") once.
         wait_until(lambda: Run.objects.filter(key="ops:tick").count() >= 2)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT type_name, paused, concurrency, rate, per_seconds "
+                "FROM qops_type_controls ORDER BY type_name"
+            )
+            controls = cursor.fetchall()
+            cursor.execute("SELECT id FROM qops_jobs WHERE type_name = 'django:default' LIMIT 1")
+            (tick_id,) = cursor.fetchone()
+        assert controls == [
+            ("django:held", True, None, None, None),
+            ("django:slow", False, 2, 50, 1.0),
+        ]
+        held.refresh()
+        assert held.status == "READY"  # its queue is paused
+        # Resumed from code (docs/django.md): the running worker takes it at once.
+        database = make_url(postgres_url).set(database=django_project.env["QN_PG_NAME"])
+        engine = create_engine(database)
+        notify = RedisNotifyAdapter(url=redis_url, prefix=f"{django_project.prefix}ops")
+        with SyncClient(engine, notify=notify, table_prefix="qops_") as client:
+            client.resume_type("django:held")
+        engine.dispose()
+        wait_until(lambda: finished(held), timeout=30)
     finally:
         django_project.stop_worker(worker)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT type_name, paused, concurrency, rate, per_seconds FROM qops_type_controls "
-            "ORDER BY type_name"
-        )
-        controls = cursor.fetchall()
-        cursor.execute("SELECT id FROM qops_jobs WHERE type_name = 'django:default' LIMIT 1")
-        (tick_id,) = cursor.fetchone()
-    assert controls == [
-        ("django:held", True, None, None, None),
-        ("django:slow", False, 2, 50, 1.0),
-    ]
-    held.refresh()
-    assert held.status == "READY"  # its queue is paused
-    assert Run.objects.filter(key="ops:held").count() == 0
+    assert held.return_value == "held"
+    assert Run.objects.filter(key="ops:held").count() == 1
     # A scheduled job is a task result like any other.
     ticked = ops_tick.get_result(tick_id)
     assert (ticked.status, ticked.return_value, ticked.args) == ("SUCCESSFUL", "tick", ["tick"])
@@ -169,6 +188,61 @@ def test_options_take_seconds_or_timedeltas() -> None:
         "b": QueueLimits(rate=5, per=timedelta(minutes=1)),
     }
     assert parsed.schedules[0].every == timedelta(hours=1)
+
+
+TRACED_REQUEST = """
+import django
+django.setup()
+from django.db import transaction
+from opentelemetry import trace
+from shop.tasks import traced_run
+
+with trace.get_tracer("proj").start_as_current_span("POST /orders"):
+    with transaction.atomic():
+        result = traced_run.enqueue("traced")
+print(result.id)
+"""
+
+
+def spans_in(path: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_task_run_continues_the_trace_of_the_request_that_enqueued_it(
+    django_project: Project, tmp_path: Any
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from shop.tasks import traced_run
+
+    web_spans, worker_spans = tmp_path / "web.jsonl", tmp_path / "worker.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", TRACED_REQUEST],
+        cwd=django_project.root,
+        env={**os.environ, **django_project.env, "QN_OTEL_SPANS": str(web_spans)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result = traced_run.get_result(done.stdout.strip().splitlines()[-1])
+    worker = django_project.start_worker(env={"QN_OTEL_SPANS": str(worker_spans)})
+    try:
+        wait_until(lambda: finished(result), timeout=60)
+    finally:
+        django_project.stop_worker(worker)
+    assert result.return_value == "traced"
+    web = {span["name"]: span for span in spans_in(web_spans)}
+    request, enqueue = web["POST /orders"], web["start_chains django:default"]
+    assert (enqueue["kind"], enqueue["parent_id"]) == ("PRODUCER", request["span_id"])
+    ran = {span["name"]: span for span in spans_in(worker_spans)}
+    run, inside = ran["run django:default"], ran["inside traced"]
+    # One trace from the request to the task's own span, across the two processes.
+    assert (run["kind"], run["trace_id"], run["parent_id"]) == (
+        "CONSUMER",
+        request["trace_id"],
+        enqueue["span_id"],
+    )
+    assert (inside["trace_id"], inside["parent_id"]) == (request["trace_id"], run["span_id"])
 
 
 def free_port() -> int:

@@ -20,10 +20,8 @@ from sqlalchemy.sql import Executable
 
 from state_adapters.errors import ConfigurationError, mask_url
 from state_adapters.health import HealthThresholds, StorageHealth
-from state_adapters.postgres.database import Postgres
 from state_adapters.schema import Tables
 from state_adapters.sqlite.connections import SqliteSynchronous, check_synchronous
-from state_adapters.sqlite.database import Sqlite
 from state_adapters.sqlite.driver import DriverTransaction
 from state_adapters.statements.chains import ChainStatements
 from state_adapters.statements.compiled import CompiledStatement
@@ -151,8 +149,14 @@ def database_for(
     raises ``ConfigurationError`` for any other driver or a bad setting."""
     check_supported(engine)
     check_synchronous(sqlite_synchronous)
+    # Each imported here: it loads its database's SQLAlchemy dialect package (and
+    # Postgres the drivers' interface), which a process on the other never needs.
     if engine.dialect.name == "postgresql":
+        from state_adapters.postgres.database import Postgres
+
         return Postgres(engine, tables)
+    from state_adapters.sqlite.database import Sqlite
+
     return Sqlite(engine, tables, synchronous=sqlite_synchronous)
 
 

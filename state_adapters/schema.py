@@ -39,7 +39,7 @@ retention finds the oldest finished chains without scanning the table.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -61,7 +61,6 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from state_adapters.errors import ConfigurationError
@@ -75,6 +74,9 @@ CONCURRENCY_KEY_LENGTH = 255
 STATUS_LENGTH = 16
 SCHEDULE_NAME_LENGTH = 200
 LOG_LEVEL_LENGTH = 16
+
+DIALECTS = ("postgresql", "sqlite")
+"""The databases the tables are described for (SQLAlchemy's dialect names)."""
 
 SETTLED_ASIDE = "status IN ('blocked', 'failed', 'cancelled')"
 """The predicate of ``jobs_status_chain_ix``: the statuses a job reaches off the hot path
@@ -115,9 +117,38 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
-def json_type() -> TypeEngine[Any]:
-    """JSON documents: ``jsonb`` on Postgres, JSON text on SQLite."""
+class JsonDocument(TypeDecorator[Any]):
+    """JSON documents: ``jsonb`` on Postgres, JSON text on SQLite.
+
+    The database's type is chosen when an engine first uses the column, not spelled as
+    a variant (:func:`ddl_json`), whose ``JSONB`` would load SQLAlchemy's Postgres
+    dialect package in every process that builds the tables, on SQLite too.
+    """
+
+    impl = JSON
+    cache_ok = True
+    should_evaluate_none = True
+    """As ``JSON``'s: a Python ``None`` is the JSON ``null``, not SQL ``NULL``."""
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return JSONB()
+        return self.impl_instance
+
+
+def ddl_json() -> TypeEngine[Any]:
+    """The column type :class:`JsonDocument` stores, as SQLAlchemy's own type: the same
+    DDL (``jsonb`` on Postgres, ``JSON`` on SQLite), spelled without this package."""
+    from sqlalchemy.dialects.postgresql import JSONB
+
     return JSON().with_variant(JSONB(), "postgresql")
+
+
+def json_type() -> TypeEngine[Any]:
+    """JSON documents: ``jsonb`` on Postgres, JSON text on SQLite (:class:`JsonDocument`)."""
+    return JsonDocument()
 
 
 def check_table_prefix(table_prefix: str) -> str:
@@ -170,17 +201,27 @@ def make_tables(
     schema: str | None = None,
     *,
     timestamp: Callable[[], TypeEngine[datetime]] = UtcDateTime,
+    json: Callable[[], TypeEngine[Any]] = json_type,
+    dialects: Sequence[str] = DIALECTS,
 ) -> Tables:
     """Build the tables for ``table_prefix`` (and optional ``schema``) on a new MetaData,
-    with ``timestamp()`` as the type of every time column."""
+    with ``timestamp()`` as the type of every time column and ``json()`` of every JSON
+    column, and the partial indexes' predicates for the databases ``dialects`` names
+    (SQLAlchemy checks such an option by loading that database's dialect package: an
+    adapter names its own database only)."""
     p = check_table_prefix(table_prefix)
     metadata = MetaData(schema=schema)
-    pending = text("status = 'pending'")
-    running = text("status = 'running'")
-    settled_aside = text(SETTLED_ASIDE)
-    finished = text("completed_at IS NOT NULL")
-    has_dedup_key = text("dedup_key IS NOT NULL")
-    keyed_pending = text("status = 'pending' AND concurrency_key IS NOT NULL")
+
+    def where(predicate: str) -> dict[str, Any]:
+        # A partial index's predicate, as an option of each database's dialect.
+        return {f"{dialect}_where": text(predicate) for dialect in dialects}
+
+    pending = where("status = 'pending'")
+    running = where("status = 'running'")
+    settled_aside = where(SETTLED_ASIDE)
+    finished = where("completed_at IS NOT NULL")
+    has_dedup_key = where("dedup_key IS NOT NULL")
+    keyed_pending = where("status = 'pending' AND concurrency_key IS NOT NULL")
     chains = Table(
         f"{p}chains",
         metadata,
@@ -195,15 +236,13 @@ def make_tables(
         Index(
             f"{p}chains_dedup_ix",
             "dedup_key",
-            postgresql_where=has_dedup_key,
-            sqlite_where=has_dedup_key,
+            **has_dedup_key,
         ),
         # Retention reads the oldest finished chains.
         Index(
             f"{p}chains_completed_ix",
             "completed_at",
-            postgresql_where=finished,
-            sqlite_where=finished,
+            **finished,
         ),
     )
     jobs = Table(
@@ -213,9 +252,9 @@ def make_tables(
         Column("chain_id", String(ID_LENGTH), nullable=False),
         Column("chain_index", Integer, nullable=False),
         Column("type_name", String(TYPE_NAME_LENGTH), nullable=False),
-        Column("input", json_type(), nullable=True),
-        Column("output", json_type(), nullable=True),
-        Column("progress", json_type(), nullable=True),
+        Column("input", json(), nullable=True),
+        Column("output", json(), nullable=True),
+        Column("progress", json(), nullable=True),
         Column("status", String(STATUS_LENGTH), nullable=False),
         Column("priority", Integer, nullable=False),
         Column("created_at", timestamp(), nullable=False),
@@ -241,23 +280,20 @@ def make_tables(
             "priority",
             "scheduled_at",
             "id",
-            postgresql_where=pending,
-            sqlite_where=pending,
+            **pending,
         ),
         # next_due_at: the earliest pending job of some types.
         Index(
             f"{p}jobs_due_ix",
             "type_name",
             "scheduled_at",
-            postgresql_where=pending,
-            sqlite_where=pending,
+            **pending,
         ),
         # The reaper looks for running jobs whose lease expired.
         Index(
             f"{p}jobs_lease_ix",
             "leased_until",
-            postgresql_where=running,
-            sqlite_where=running,
+            **running,
         ),
         Index(f"{p}jobs_status_ix", "status", "type_name"),
         # A page of blocked, failed or cancelled chains, newest first (inspection.py);
@@ -267,8 +303,7 @@ def make_tables(
             f"{p}jobs_status_chain_ix",
             "status",
             "chain_id",
-            postgresql_where=settled_aside,
-            sqlite_where=settled_aside,
+            **settled_aside,
         ),
         # Jobs finished since a moment, by type and status (inspection.py's overview);
         # an entry is added once per job, when it finishes.
@@ -277,8 +312,7 @@ def make_tables(
             "completed_at",
             "type_name",
             "status",
-            postgresql_where=finished,
-            sqlite_where=finished,
+            **finished,
         ),
         # Claims of a type with key_concurrency walk its keys that have pending
         # jobs and take each key's best; jobs without a key pay nothing for it.
@@ -289,8 +323,7 @@ def make_tables(
             "priority",
             "scheduled_at",
             "id",
-            postgresql_where=keyed_pending,
-            sqlite_where=keyed_pending,
+            **keyed_pending,
         ),
     )
     blockers = Table(
@@ -330,7 +363,7 @@ def make_tables(
         Column("per_seconds", Float, nullable=True),
         # The rate's window (state_adapters.steps.limited_claims.RateWindow): the steps
         # before the newest as [[instant, starts], ...], ...
-        Column("recent_starts", json_type(), nullable=True),
+        Column("recent_starts", json(), nullable=True),
         # The concurrency key served last: the next claim starts after it.
         Column("next_key_after", String(CONCURRENCY_KEY_LENGTH), nullable=True),
         # ... the newest step's end (seconds since the epoch) and starts, kept apart so
@@ -346,7 +379,7 @@ def make_tables(
         Column("id", String(WORKER_ID_LENGTH), primary_key=True),
         Column("host", String(255), nullable=False),
         Column("pid", Integer, nullable=False),
-        Column("type_names", json_type(), nullable=False),
+        Column("type_names", json(), nullable=False),
         Column("slots", Integer, nullable=False),
         Column("started_at", timestamp(), nullable=False),
         Column("heartbeat_at", timestamp(), nullable=False),
@@ -360,7 +393,7 @@ def make_tables(
         Column("at", timestamp(), nullable=False),
         Column("level", String(LOG_LEVEL_LENGTH), nullable=False),
         Column("message", Text, nullable=False),
-        Column("fields", json_type(), nullable=True),
+        Column("fields", json(), nullable=True),
         # A job's lines in order, and the lines after a position (follow).
         Index(f"{p}job_logs_ix", "job_id", "attempt", "seq"),
     )
@@ -384,12 +417,23 @@ def make_metadata(table_prefix: str = DEFAULT_TABLE_PREFIX, schema: str | None =
     e.g. for an application's Alembic ``include_name`` filter or ``target_metadata``.
 
     Its columns have SQLAlchemy's own types only (time columns are
-    ``DateTime(timezone=True)``, the DDL of the adapter's :class:`UtcDateTime`), so a
+    ``DateTime(timezone=True)``, the DDL of the adapter's :class:`UtcDateTime`, JSON
+    columns :func:`ddl_json`), so a
     revision Alembic autogenerates from it imports nothing from this package and
     creates exactly the tables ``migrate()`` creates.
     """
-    return make_tables(table_prefix, schema, timestamp=ddl_timestamp).metadata
+    return make_tables(table_prefix, schema, timestamp=ddl_timestamp, json=ddl_json).metadata
 
 
-metadata: MetaData = make_metadata()
-"""The queue's tables under the default prefix ``queuert_`` and the default schema."""
+metadata: MetaData
+"""The queue's tables under the default prefix ``queuert_`` and the default schema;
+built on first use (:func:`__getattr__`)."""
+
+
+def __getattr__(name: str) -> Any:
+    # metadata's JSONB variant and Postgres index options load SQLAlchemy's Postgres
+    # dialect package, which a process on SQLite need not pay for unless it asks.
+    if name != "metadata":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()["metadata"] = made = make_metadata()
+    return made

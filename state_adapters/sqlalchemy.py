@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from state_adapters import arguments, validation
 from state_adapters.arguments import check_type_names, check_worker_id
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
-from state_adapters.database import database_for
+from state_adapters.database import check_supported, database_for
 from state_adapters.errors import ConfigurationError, JobOwnershipLostError
 from state_adapters.migrations import missing_tables
 from state_adapters.migrations.schema_methods import SchemaMethods
@@ -106,7 +106,8 @@ class SqlAlchemyStateAdapter(
         backoff_cap: float = DEFAULT_BACKOFF_CAP,
         sqlite_synchronous: SqliteSynchronous = SQLITE_SYNCHRONOUS,
     ) -> None:
-        tables = make_tables(table_prefix, schema)
+        check_supported(engine)  # before its dialect names the tables' database
+        tables = make_tables(table_prefix, schema, dialects=(engine.dialect.name,))
         database = database_for(engine, tables, sqlite_synchronous=sqlite_synchronous)
         if not (0 <= backoff_base <= backoff_cap):
             raise ConfigurationError(

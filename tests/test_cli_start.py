@@ -1,6 +1,7 @@
 """The ``queuert-notify`` command starts in a fraction of a second because it imports
 only what the command runs on: ``--help`` loads no database, notify or web library, and
-``chains list`` only SQLAlchemy and the database's driver. Counted in ``sys.modules`` of
+``chains list`` only SQLAlchemy and the database's driver (on SQLite, nothing of
+Postgres). Counted in ``sys.modules`` of
 a fresh interpreter, not timed (the time is measured by ``python -m benchmarks
 cli-start``, docs/benchmarks.md)."""
 
@@ -72,6 +73,23 @@ def test_chains_list_loads_sqlalchemy_and_the_databases_driver_only(tmp_path: Pa
     assert "alembic" in migrated
     listing = command.format(argv=["chains", "list", "--database-url", url])
     assert _loaded_after(listing) == {"sqlalchemy", "aiosqlite"}
+
+
+def test_chains_list_on_sqlite_loads_nothing_of_postgres(tmp_path: Path) -> None:
+    # SQLAlchemy's Postgres dialect package, the drivers and the adapter's Postgres
+    # modules are loaded by a Postgres engine only.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}"
+    command = "from queuert_notify.cli import main\nmain({argv!r}, standalone_mode=False)"
+    _loaded_after(command.format(argv=["migrate", "--database-url", url]))
+    probe = (
+        f"{command.format(argv=['chains', 'list', '--database-url', url])}\n"
+        "import sys\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('sqlalchemy.dialects.postgresql',"
+        " 'state_adapters.postgres', 'state_adapters.drivers', 'asyncpg', 'psycopg'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_every_public_name_is_listed_and_found_on_first_use() -> None:

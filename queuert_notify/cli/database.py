@@ -89,7 +89,6 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from state_adapters.database import check_supported
-    from state_adapters.drivers import POSTGRES_DRIVERS, driver_for
 
     def unsupported(reason: str) -> BadSettingError:
         return BadSettingError(
@@ -104,11 +103,8 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
         url = make_url(_async_url(database_url))
         if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
             raise unsupported("an in-memory SQLite database is private to one connection")
-        if url.get_backend_name() == "postgresql" and url.get_driver_name() in POSTGRES_DRIVERS:
-            # A command runs each statement a few times at most: nothing to gain from
-            # prepared statements, and these settings let it run through PgBouncer.
-            connect_args = driver_for(url.get_driver_name()).pooler_connect_args
-            options = {"connect_args": connect_args, **options}
+        if url.get_backend_name() == "postgresql":
+            options = {"connect_args": _pooler_connect_args(url.get_driver_name()), **options}
         engine = create_async_engine(url, **options)
     except (ArgumentError, InvalidRequestError, ImportError) as exc:
         # ArgumentError: unparseable or unknown dialect; InvalidRequestError: a sync
@@ -119,6 +115,15 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
     except ConfigurationError as exc:
         raise BadSettingError(exc) from None
     return engine
+
+
+def _pooler_connect_args(driver: str) -> dict[str, Any]:
+    """A command runs each statement a few times at most: nothing to gain from prepared
+    statements, and these settings let it run through PgBouncer. (The drivers' module
+    is imported here, for Postgres only.)"""
+    from state_adapters.drivers import POSTGRES_DRIVERS, driver_for
+
+    return driver_for(driver).pooler_connect_args if driver in POSTGRES_DRIVERS else {}
 
 
 async def check_reachable(engine: AsyncEngine, database_url: str) -> None:

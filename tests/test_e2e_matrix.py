@@ -19,17 +19,17 @@ from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
 from tests.support.queue_helpers import (
+    DATABASES,
     HINTED_NOTIFY_KINDS,
     NOTIFY_KINDS,
     SHARED_NOTIFY_KINDS,
-    STATE_KINDS,
     CountingState,
     make_notify,
     other_tasks,
     wait_until,
 )
 
-pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+pytestmark = pytest.mark.parametrize("state_kind", DATABASES, indirect=True)
 every_notify_kind = pytest.mark.parametrize("notify_kind", NOTIFY_KINDS, indirect=True)
 
 pytest_plugins = ["tests.support.queue_fixtures"]

@@ -140,9 +140,9 @@ async def test_close_while_a_master_is_down_is_bounded_and_leaves_no_task(
     before = asyncio.all_tasks()
     doomed = cluster.masters()[0]
     replica = cluster.replica_of(doomed)
-    # Long enough for the orderly close (a loop's stop grace, the give-back, an unblock:
-    # about 3.5 s at worst) on a stalled machine: a close cut short by it could leave a
-    # loop behind, and this test is about the orderly close.
+    # Long enough that the orderly close (a loop's stop grace, the give-back, an unblock:
+    # about 3.5 s at worst) ends within it on a stalled machine too; the bound below
+    # still holds the close to it.
     consumer = RedisNotifyAdapter(
         cluster.url, prefix=prefix, cluster=True, wake="lists", close_timeout=8.0
     )

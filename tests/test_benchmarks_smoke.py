@@ -517,6 +517,24 @@ async def test_held_horizon_reports_each_phase_and_the_health_report_at_the_wors
     assert "xmin horizon: backend" in report
 
 
+async def test_session_enqueue_reports_start_chain_next_to_bare_inserts_per_driver_and_form(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        ["session-enqueue", "--rounds=1", "--transactions=8", *_services(redis_url, postgres_url)]
+    )
+
+    for row in (
+        "psycopg, AsyncSession",
+        "psycopg, AsyncConnection",
+        "asyncpg, AsyncSession",
+        "asyncpg, AsyncConnection",
+    ):
+        assert f"| {row} |" in report
+    for column in ("start_chain / driver INSERT", "start_chain / queue statement"):
+        assert column in report
+
+
 def test_django_enqueue_reports_create_and_enqueue_per_database(
     redis_url: str, postgres_url: str
 ) -> None:

@@ -29,6 +29,9 @@ class Psycopg:
     def reported_backend_pid(self, dbapi_connection: Any) -> int:
         return int(_driver(dbapi_connection).info.backend_pid)
 
+    def leaves_connection_broken(self, error: BaseException) -> bool:
+        return False  # the dialect's is_disconnect knows every way it breaks
+
     async def fetch(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
         cursor = await dbapi_connection.driver_connection.execute(sql, arguments)
         if not _has_rows(cursor):

@@ -64,6 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument(
+        "--claim-ahead",
+        action="store_true",
+        help="the worker claims jobs ahead of its free slots while the backlog drains",
+    )
+    parser.add_argument(
         "--modes",
         default="atomic,staged",
         help="comma-separated: atomic, staged, atomic-session (the handler runs a statement "
@@ -172,6 +177,7 @@ def _variant(
                 await stack.new_client(),
                 {"bench-noop": _HANDLERS.get(mode, _noop)},
                 concurrency=args.concurrency,
+                claim_ahead=args.claim_ahead,
                 mode=_MODES[mode],
                 on_event=on_event,
             )

@@ -30,7 +30,7 @@ async def test_a_backlog_runs_each_job_once_and_never_above_concurrency(client: 
         running -= 1
 
     chains = await client.start_chains([ChainSpec("t") for _ in range(60)])
-    async with Worker(client, {"t": handler}, concurrency=3):
+    async with Worker(client, {"t": handler}, concurrency=3, claim_ahead=True):
         for chain in chains:
             assert (await client.await_chain(chain.id, timeout=30)).status == "completed"
     assert most <= 3
@@ -44,7 +44,9 @@ async def test_a_graceful_stop_runs_the_jobs_claimed_ahead(client: Client) -> No
         await asyncio.sleep(0.005)
 
     await client.start_chains([ChainSpec("t") for _ in range(300)])
-    worker = Worker(client, {"t": handler}, concurrency=4, on_event=job_events(events))
+    worker = Worker(
+        client, {"t": handler}, concurrency=4, claim_ahead=True, on_event=job_events(events)
+    )
     async with worker:
         while sum(e.kind == "completed" for e in events) < 20:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
@@ -70,7 +72,9 @@ async def test_a_job_cancelled_while_it_waits_ahead_is_not_completed_here(
             await release.wait()
 
     chains = await client.start_chains([ChainSpec("t") for _ in range(40)])
-    worker = Worker(client, {"t": handler}, concurrency=2, on_event=job_events(events))
+    worker = Worker(
+        client, {"t": handler}, concurrency=2, claim_ahead=True, on_event=job_events(events)
+    )
     async with worker:
         while calls < 8:  # noqa: ASYNC110
             await asyncio.sleep(0.01)

@@ -56,9 +56,8 @@ class Worker:
     SIGTERM/SIGINT under ``run()`` in the main thread) it claims nothing new, lets
     running handlers and the jobs claimed ahead finish for up to ``drain_timeout``
     seconds, cancels the rest (their leases expire and the jobs are retried) and leaves
-    no task behind. While it drains a backlog (its last claim was full), a claim also
-    takes up to ``concurrency`` jobs ahead of the free slots, leased (and renewed) while
-    they wait for one: a claim's round trip serves about ``concurrency`` runs.
+    no task behind. With ``claim_ahead`` (see :class:`WorkerSettings`) a claim during a
+    backlog also takes jobs ahead of the free slots, leased while they wait for one.
 
     A notify server that does not answer at start does not stop the worker: it polls
     every ``poll_interval`` and subscribes once the server answers (unless the client
@@ -101,6 +100,7 @@ class Worker:
         startup_timeout: float = 30.0,
         job_log_lines: int = 1000,
         job_log_bytes: int = 256 * 1024,
+        claim_ahead: bool = False,
     ) -> None:
         """The keyword arguments are :class:`WorkerSettings`' (documented there) and
         ``on_event``: called with a :class:`WorkerEvent` for every started/completed/
@@ -125,6 +125,7 @@ class Worker:
             startup_timeout=startup_timeout,
             job_log_lines=job_log_lines,
             job_log_bytes=job_log_bytes,
+            claim_ahead=claim_ahead,
         )
         self.settings = settings
         self.client = client
@@ -179,8 +180,7 @@ class Worker:
             slots=concurrency,
         )
         self._watchdog = None
-        if loop_lag_threshold is not None:
-            lag = loop_lag_threshold
+        if (lag := loop_lag_threshold) is not None:
             self._watchdog = LoopWatchdog(lag, on_lag=self._on_loop_lag, active=self._slots.job_ids)
         self._timers: list[asyncio.Task[None]] = []
         # Built by run(): the writes of claims and completions, and each job's run.
@@ -438,8 +438,8 @@ class Worker:
         """One pass: claim up to the free slots (and ahead), if the wake policy says jobs
         may wait, and start a run per job claimed. Returns how long to sleep when fewer
         jobs came than asked for (``None``: no sleep of the policy's, claim again)."""
-        # Draining a backlog (the last claim was full): claim ahead too (Slots.room_ahead).
-        backlog = self._policy.more and not self._shutdown.requested
+        # Draining a backlog (the last claim was full): claim ahead too if asked to.
+        backlog = self.settings.claim_ahead and self._policy.more and not self._shutdown.requested
         limit = max(self._slots.free(), 0) + (self._slots.room_ahead() if backlog else 0)
         if limit <= 0:
             return None

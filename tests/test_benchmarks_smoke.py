@@ -431,9 +431,9 @@ async def test_dashboard_write_cost_compares_with_and_without_its_indexes() -> N
 async def test_peers_runs_every_workload_for_ours_and_the_floors(
     redis_url: str, postgres_url: str, nats_url: str
 ) -> None:
-    # Ours only: the peers' side needs a virtualenv installed from PyPI (network, and
-    # about a minute the first time), which CI cannot count on; their drivers run in
-    # `python -m benchmarks peers` itself (docs/benchmarks.md).
+    # Ours only: the peers' sides need virtualenvs installed from PyPI (network, a
+    # minute or two the first time, and Python 3.12 for Oban), which CI cannot count on;
+    # their drivers run in `python -m benchmarks peers` itself (docs/benchmarks.md).
     report = await run_benchmark(
         [
             "peers",
@@ -462,8 +462,11 @@ async def test_peers_runs_every_workload_for_ours_and_the_floors(
         "100/tx jobs/s",
         "p99 ms",
         "enqueue call p50 ms",
+        "commit → handler p50 ms",
         "jobs/s",
         "queue CPU %",
+        "queue CPU µs/job",
+        "Postgres CPU µs/job",
     ):
         assert column in report
 

@@ -491,11 +491,18 @@ async def test_claim_plan_compares_a_never_analyzed_table_with_an_analyzed_one(
     postgres_url: str,
 ) -> None:
     report = await run_benchmark(
-        ["claim-plan", "--rounds=1", "--jobs=200", f"--postgres-url={postgres_url}"]
+        [
+            "claim-plan",
+            "--rounds=1",
+            "--jobs=200",
+            "--explains=3",
+            f"--postgres-url={postgres_url}",
+        ]
     )
 
     assert "| never analyzed |" in report and "| analyzed |" in report
     assert "never analyzed / analyzed, jobs/s:" in report
+    assert "claim server µs/job" in report
 
 
 async def test_held_horizon_reports_each_phase_and_the_health_report_at_the_worst_moment(

@@ -11,6 +11,7 @@ from types import ModuleType
 from benchmarks import (
     churn,
     claim_plan,
+    cli_start,
     dashboard,
     django_enqueue,
     drain,
@@ -60,6 +61,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     health_cost,
     claim_plan,
     held_horizon,
+    cli_start,
 )
 """Every benchmark module; each has NAME, HELP, add_arguments(parser) and async run(args)."""
 

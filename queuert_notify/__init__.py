@@ -1,52 +1,89 @@
-"""queuert-notify: a durable job queue in your own SQL database, woken by notify adapters."""
+"""queuert-notify: a durable job queue in your own SQL database, woken by notify adapters.
+
+Every public name is imported on first use (PEP 562): ``import queuert_notify`` loads
+none of SQLAlchemy, redis-py or nats-py, so the ``queuert-notify`` command starts
+without them (``--help`` in well under half a second) and an adapter whose driver is an
+optional extra imports only when it is used."""
 
 from typing import TYPE_CHECKING, Any
 
-from queuert_notify.client.chain_spec import ChainSpec
-from queuert_notify.client.client import Client
-from queuert_notify.errors import (
-    ChainInUseError,
-    ChainNotFoundError,
-    ConfigurationError,
-    InvalidInputError,
-    JobNotFoundError,
-    JobOwnershipLostError,
-    NotifyAdapterClosedError,
-    QueuertError,
-    WaitChainTimeoutError,
-)
-from queuert_notify.events import WorkerEvent
-from queuert_notify.job_logs import JobLogHandler
-from queuert_notify.jobs import Job, JobContext
-from queuert_notify.maintenance.schedules import Schedule
-from queuert_notify.notify.in_process import InProcessNotifyAdapter
-from queuert_notify.notify.noop import NoopNotifyAdapter
-from queuert_notify.notify.protocol import NotifyAdapter, Unsubscribe
-from queuert_notify.worker.worker import Worker
-from state_adapters.health import HealthReport, HealthThresholds
-
 if TYPE_CHECKING:
+    from queuert_notify.client.chain_spec import ChainSpec
+    from queuert_notify.client.client import Client
     from queuert_notify.client.sync_client import SyncClient
+    from queuert_notify.errors import (
+        ChainInUseError,
+        ChainNotFoundError,
+        ConfigurationError,
+        DatabaseUnavailableError,
+        InvalidInputError,
+        JobNotFoundError,
+        JobOwnershipLostError,
+        NotifyAdapterClosedError,
+        QueuertError,
+        WaitChainTimeoutError,
+    )
+    from queuert_notify.events import WorkerEvent
+    from queuert_notify.job_logs import JobLogHandler
+    from queuert_notify.jobs import Job, JobContext
+    from queuert_notify.maintenance.schedules import Schedule
+    from queuert_notify.notify.in_process import InProcessNotifyAdapter
     from queuert_notify.notify.nats import NatsNotifyAdapter
+    from queuert_notify.notify.noop import NoopNotifyAdapter
     from queuert_notify.notify.postgres import PostgresNotifyAdapter
+    from queuert_notify.notify.protocol import NotifyAdapter, Unsubscribe
     from queuert_notify.notify.redis.adapter import RedisNotifyAdapter
+    from queuert_notify.worker.worker import Worker
+    from state_adapters.health import HealthReport, HealthThresholds
+    from state_adapters.model import WorkerRecord
 
-# Adapters whose driver is an optional extra (and the sync client) are imported on
-# first use, so `import queuert_notify` works without redis-py installed.
-_OPTIONAL = {
+_ERRORS = "queuert_notify.errors"
+_WHERE = {
+    "ChainInUseError": _ERRORS,
+    "ChainNotFoundError": _ERRORS,
+    "ChainSpec": "queuert_notify.client.chain_spec",
+    "Client": "queuert_notify.client.client",
+    "ConfigurationError": _ERRORS,
+    "DatabaseUnavailableError": _ERRORS,
+    "HealthReport": "state_adapters.health",
+    "HealthThresholds": "state_adapters.health",
+    "InProcessNotifyAdapter": "queuert_notify.notify.in_process",
+    "InvalidInputError": _ERRORS,
+    "Job": "queuert_notify.jobs",
+    "JobContext": "queuert_notify.jobs",
+    "JobLogHandler": "queuert_notify.job_logs",
+    "JobNotFoundError": _ERRORS,
+    "JobOwnershipLostError": _ERRORS,
     "NatsNotifyAdapter": "queuert_notify.notify.nats",
+    "NoopNotifyAdapter": "queuert_notify.notify.noop",
+    "NotifyAdapter": "queuert_notify.notify.protocol",
+    "NotifyAdapterClosedError": _ERRORS,
     "PostgresNotifyAdapter": "queuert_notify.notify.postgres",
+    "QueuertError": _ERRORS,
     "RedisNotifyAdapter": "queuert_notify.notify.redis.adapter",
+    "Schedule": "queuert_notify.maintenance.schedules",
     "SyncClient": "queuert_notify.client.sync_client",
+    "Unsubscribe": "queuert_notify.notify.protocol",
+    "WaitChainTimeoutError": _ERRORS,
+    "Worker": "queuert_notify.worker.worker",
+    "WorkerEvent": "queuert_notify.events",
+    "WorkerRecord": "state_adapters.model",
 }
+"""Each public name and the module that defines it."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in _OPTIONAL:
-        from importlib import import_module
+    if name not in _WHERE:
+        raise AttributeError(f"module 'queuert_notify' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(import_module(_OPTIONAL[name]), name)
-    raise AttributeError(f"module 'queuert_notify' has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name]), name)
+    globals()[name] = value  # found once: later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})
 
 
 __all__ = [
@@ -55,6 +92,7 @@ __all__ = [
     "ChainSpec",
     "Client",
     "ConfigurationError",
+    "DatabaseUnavailableError",
     "HealthReport",
     "HealthThresholds",
     "InProcessNotifyAdapter",
@@ -77,4 +115,5 @@ __all__ = [
     "WaitChainTimeoutError",
     "Worker",
     "WorkerEvent",
+    "WorkerRecord",
 ]

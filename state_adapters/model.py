@@ -177,8 +177,10 @@ least every minute, with its reaper's tick)."""
 
 @dataclass(frozen=True, slots=True)
 class WorkerRecord:
-    """One worker as it recorded itself (:meth:`StateAdapter.workers`): ``type_names``
-    it handles, ``slots`` (its concurrency), when it started and last beat."""
+    """One worker as it recorded itself (``client.workers()``,
+    :meth:`StateAdapter.workers`): ``type_names`` it handles, ``slots`` (its
+    concurrency), when it started and last beat. Public as
+    ``queuert_notify.WorkerRecord``; fields in docs/operations.md#workers."""
 
     id: str
     host: str
@@ -191,6 +193,27 @@ class WorkerRecord:
     def alive(self, now: datetime) -> bool:
         """Beat within :data:`WORKER_DEAD_AFTER` seconds of ``now``."""
         return (now - self.heartbeat_at).total_seconds() <= WORKER_DEAD_AFTER
+
+
+def unhandled_types(
+    due: Mapping[str, int], workers: Sequence[WorkerRecord], now: datetime
+) -> dict[str, int]:
+    """The types among ``due`` (due jobs per type) that no live worker handles."""
+    handled = {t for worker in workers if worker.alive(now) for t in worker.type_names}
+    return {t: n for t, n in sorted(due.items()) if t not in handled}
+
+
+def known_types(workers: Sequence[WorkerRecord], now: datetime) -> list[str]:
+    """The types the live workers handle, sorted."""
+    return sorted({t for worker in workers if worker.alive(now) for t in worker.type_names})
+
+
+def unhandled_line(type_name: str, count: int, known: Sequence[str]) -> str:
+    """The one line every place (worker log, CLI, dashboard) says about such a type."""
+    return (
+        f"{count} jobs of type {type_name!r} are due and no live worker handles that type; "
+        f"known types: {', '.join(known) or 'none'}"
+    )
 
 
 @dataclass(frozen=True, slots=True)

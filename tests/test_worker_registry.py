@@ -19,8 +19,7 @@ from queuert_notify import SyncClient
 from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
-from state_adapters.model import WORKER_DEAD_AFTER
-from state_adapters.steps.operations import unhandled_types
+from state_adapters.model import WORKER_DEAD_AFTER, unhandled_types
 from tests.support.queue_helpers import wait_until
 
 pytest_plugins = ["tests.support.queue_fixtures"]

@@ -18,8 +18,7 @@ from queuert_notify.cli.options import (
 from queuert_notify.cli.output import console, record, run, short, to_json, when
 from queuert_notify.cli.types import describe
 from queuert_notify.cli.workers import Unhandled, unhandled
-from state_adapters.model import ALL_STATUSES
-from state_adapters.steps.operations import unhandled_line
+from state_adapters.model import ALL_STATUSES, unhandled_line
 
 if TYPE_CHECKING:
     from state_adapters.model import JobStatus

@@ -13,8 +13,7 @@ from rich.table import Table
 from queuert_notify.cli.database import with_state
 from queuert_notify.cli.options import database_url_option, json_option, table_prefix_option
 from queuert_notify.cli.output import console, run, to_json, when
-from state_adapters.model import WORKER_DEAD_AFTER
-from state_adapters.steps.operations import known_types, unhandled_line, unhandled_types
+from state_adapters.model import WORKER_DEAD_AFTER, known_types, unhandled_line, unhandled_types
 
 if TYPE_CHECKING:
     from state_adapters.model import WorkerRecord

@@ -23,9 +23,11 @@ from state_adapters.model import (
     JobLogLine,
     JobRecord,
     QueueOverview,
+    known_types,
+    unhandled_line,
+    unhandled_types,
 )
 from state_adapters.protocol import StateAdapter
-from state_adapters.steps.operations import known_types, unhandled_line, unhandled_types
 
 WINDOW = timedelta(hours=1)
 """The overview's throughput window."""

@@ -13,9 +13,9 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from state_adapters.model import known_types, unhandled_line, unhandled_types
 from state_adapters.outage_log import OutageLog
 from state_adapters.protocol import StateAdapter
-from state_adapters.steps.operations import known_types, unhandled_line, unhandled_types
 
 logger = logging.getLogger(__name__)
 

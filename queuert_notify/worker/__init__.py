@@ -2,8 +2,23 @@
 and outcome, completion batcher, lease keeper, shutdown, loop watchdog, startup checks,
 settings) and the multi-process `Supervisor`. May import everything else in the package except
 `cli`, `testing` and `dashboard`.
+
+`Worker` is imported on first use (PEP 562): the CLI imports the `Supervisor` and the
+start-up messages without loading the whole worker (and SQLAlchemy) before a command runs.
 """
 
-from queuert_notify.worker.worker import Worker
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from queuert_notify.worker.worker import Worker
+
+
+def __getattr__(name: str) -> Any:
+    if name != "Worker":
+        raise AttributeError(f"module 'queuert_notify.worker' has no attribute {name!r}")
+    from queuert_notify.worker.worker import Worker
+
+    return Worker
+
 
 __all__ = ["Worker"]

@@ -130,27 +130,6 @@ class WorkerRegistryMethods:
             return {type_name: int(count) for type_name, count in await conn.execute(query)}
 
 
-def unhandled_types(
-    due: Mapping[str, int], workers: Sequence[WorkerRecord], now: datetime
-) -> dict[str, int]:
-    """The types among ``due`` (due jobs per type) that no live worker handles."""
-    handled = {t for worker in workers if worker.alive(now) for t in worker.type_names}
-    return {t: n for t, n in sorted(due.items()) if t not in handled}
-
-
-def known_types(workers: Sequence[WorkerRecord], now: datetime) -> list[str]:
-    """The types the live workers handle, sorted."""
-    return sorted({t for worker in workers if worker.alive(now) for t in worker.type_names})
-
-
-def unhandled_line(type_name: str, count: int, known: Sequence[str]) -> str:
-    """The one line every place (worker log, CLI, dashboard) says about such a type."""
-    return (
-        f"{count} jobs of type {type_name!r} are due and no live worker handles that type; "
-        f"known types: {', '.join(known) or 'none'}"
-    )
-
-
 class QueueOperations(WorkerRegistryMethods):
     """Retention, schedules and the worker registry of
     :class:`~state_adapters.sqlalchemy.SqlAlchemyStateAdapter`."""

@@ -54,10 +54,10 @@ async def test_notify_overhead_reports_every_adapter_the_ratios_and_listener_mem
         [
             "notify-overhead",
             "--rounds=1",
-            "--samples=20",
-            "--messages=200",
-            "--hint-pairs=50",
-            "--listeners=200",
+            "--samples=5",
+            "--messages=50",
+            "--hint-pairs=10",
+            "--listeners=20",
             f"--redis-url={redis_url}",
             f"--postgres-url={postgres_url}",
             f"--nats-url={nats_url}",
@@ -511,9 +511,12 @@ async def test_held_horizon_reports_each_phase_and_the_health_report_at_the_wors
     report = await run_benchmark(
         [
             "held-horizon",
-            "--duration=14",
+            # The report comes 4 s into the hold (by the server's clock), twice the
+            # age at which it names the snapshot.
+            "--duration=7",
             "--hold-at=1",
-            "--hold-for=12",
+            "--hold-for=5",
+            "--horizon-age=2",
             "--rate=50",
             f"--postgres-url={postgres_url}",
         ]
@@ -522,6 +525,24 @@ async def test_held_horizon_reports_each_phase_and_the_health_report_at_the_wors
     for phase in ("before the hold", "held", "after the release"):
         assert f"| {phase} |" in report
     assert "xmin horizon: backend" in report
+
+
+async def test_session_enqueue_reports_start_chain_next_to_bare_inserts_per_driver_and_form(
+    redis_url: str, postgres_url: str
+) -> None:
+    report = await run_benchmark(
+        ["session-enqueue", "--rounds=1", "--transactions=8", *_services(redis_url, postgres_url)]
+    )
+
+    for row in (
+        "psycopg, AsyncSession",
+        "psycopg, AsyncConnection",
+        "asyncpg, AsyncSession",
+        "asyncpg, AsyncConnection",
+    ):
+        assert f"| {row} |" in report
+    for column in ("start_chain / driver INSERT", "start_chain / queue statement"):
+        assert column in report
 
 
 def test_django_enqueue_reports_create_and_enqueue_per_database(

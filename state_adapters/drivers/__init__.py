@@ -6,11 +6,13 @@ driver."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any, Protocol, cast
 
-from sqlalchemy.engine import Connection
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Dialect, Engine, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.util import greenlet_spawn
@@ -38,6 +40,11 @@ class Driver(Protocol):
     def reported_backend_pid(self, dbapi_connection: Any) -> int:
         """The backend process id the server announced when the connection opened; a
         pooler announces one of its own, unlike ``pg_backend_pid()``."""
+        ...
+
+    def leaves_connection_broken(self, error: BaseException) -> bool:
+        """Whether ``error`` (as SQLAlchemy's DB-API layer raises it) leaves its
+        connection unusable though the dialect's ``is_disconnect`` does not say so."""
         ...
 
 
@@ -109,10 +116,16 @@ async def run_on_driver(
     error is raised as ``DBAPIError`` (a missing queue table as
     :mod:`state_adapters.migrations.missing_tables` says) and a disconnect invalidates the
     connection."""
-    fairy = await conn.get_raw_connection()
-    dbapi_connection = fairy.dbapi_connection
     sync = conn.sync_connection
+    if sync is not None and not (sync.invalidated or sync.closed):
+        # A live connection hands its pooled connection over without IO; only
+        # reconnecting one needs the greenlet ``get_raw_connection`` spawns.
+        fairy = sync.connection
+    else:
+        fairy = await conn.get_raw_connection()
+        sync = conn.sync_connection
     assert sync is not None  # a connection that handed out its raw connection is open
+    dbapi_connection = fairy.dbapi_connection
     dialect = conn.dialect
     try:
         # Listeners run where SQLAlchemy runs them: in a greenlet that may await IO. The
@@ -157,6 +170,29 @@ async def run_on_sync_driver(
         raise wrapped from exc
 
 
+def watch_broken_connections(engine: Engine, driver: Driver) -> None:
+    """From now on, an error after which ``driver`` leaves a connection of ``engine``
+    unusable is a disconnect to SQLAlchemy: the connection is invalidated (not handed
+    out again) and the error has ``connection_invalidated`` set, so callers retry it as
+    a lost connection (:mod:`state_adapters.transactions.connection_loss`). Idempotent."""
+    if event.contains(engine, "handle_error", _broken_connection):
+        return
+    _BROKEN[engine.dialect] = driver
+    event.listen(engine, "handle_error", _broken_connection)
+
+
+_BROKEN: weakref.WeakKeyDictionary[Dialect, Driver] = weakref.WeakKeyDictionary()
+"""The driver of each watched engine, by its dialect: the engines made from it with
+``execution_options`` share it."""
+
+
+def _broken_connection(context: ExceptionContext) -> None:
+    driver = _BROKEN.get(context.dialect)
+    error = context.sqlalchemy_exception
+    if driver is not None and error is not None and driver.leaves_connection_broken(error):
+        context.is_disconnect = True
+
+
 def _wrapped(
     sync: Connection, dbapi_connection: Any, exc: Exception, sql: str, arguments: Any
 ) -> DBAPIError:
@@ -167,7 +203,7 @@ def _wrapped(
     if missing is not None:
         raise missing from None
     disconnect = dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
-    return cast(
+    wrapped = cast(
         DBAPIError,
         DBAPIError.instance(
             sql,
@@ -178,3 +214,9 @@ def _wrapped(
             dialect=dialect,
         ),
     )
+    if not disconnect:
+        driver = _BROKEN.get(dialect)
+        wrapped.connection_invalidated = driver is not None and driver.leaves_connection_broken(
+            wrapped
+        )
+    return wrapped

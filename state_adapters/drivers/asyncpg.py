@@ -35,6 +35,14 @@ class Asyncpg:
     def reported_backend_pid(self, dbapi_connection: Any) -> int:
         return int(dbapi_connection.driver_connection.get_server_pid())
 
+    def leaves_connection_broken(self, error: BaseException) -> bool:
+        # A backend terminated (pg_terminate_backend, a restart) while the connection
+        # was idle sends its FATAL error before closing the socket: asyncpg reads it
+        # between statements and waits for a ReadyForQuery that never comes, so the
+        # next statement fails with this InternalClientError, not a closed connection.
+        message = str(getattr(error, "orig", error))
+        return "cannot switch to state" in message and "another operation" in message
+
     async def fetch(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
         async with dbapi_connection._execute_mutex:
             if dbapi_connection._transaction is None:

@@ -18,6 +18,9 @@ class Psycopg2:
     def reported_backend_pid(self, dbapi_connection: Any) -> int:
         return int(dbapi_connection.info.backend_pid)
 
+    def leaves_connection_broken(self, error: BaseException) -> bool:
+        return False  # the dialect's is_disconnect knows every way it breaks
+
     def fetch_sync(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
         with dbapi_connection.cursor() as cursor:
             cursor.execute(sql, arguments)

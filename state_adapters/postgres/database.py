@@ -24,6 +24,7 @@ from state_adapters.drivers import (
     run_on_driver,
     run_on_sync_driver,
     sync_driver_for,
+    watch_broken_connections,
 )
 from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.model import JobRecord
@@ -124,6 +125,7 @@ class Postgres:
         self._own = PostgresStatements(tables)
         self._pruning = PruningStatements(tables, dialect)
         pooling.watch(engine)
+        watch_broken_connections(engine.sync_engine, driver)
 
     def configure(self, engine: AsyncEngine | Engine) -> None:
         """No connection settings; the statements are compiled for ``engine``'s driver
@@ -135,6 +137,8 @@ class Postgres:
         driver = sync_driver_for(engine.dialect.driver)
         self.compiled = CompiledStatements(engine.dialect, partial(run_on_sync_driver, driver))
         pooling.watch(engine)
+        sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
+        watch_broken_connections(sync_engine, driver)
 
     async def in_transaction(self, conn: AsyncConnection, step: Step[T]) -> T:
         async with conn.begin():

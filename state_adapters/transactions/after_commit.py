@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +31,13 @@ from sqlalchemy.orm import Session as SyncSession
 from state_adapters.notifications import NotificationBuffer, Publisher, send_later, track_flush
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, ExceptionContext, NestedTransaction, RootTransaction
+    from sqlalchemy.engine import (
+        Connection,
+        Engine,
+        ExceptionContext,
+        NestedTransaction,
+        RootTransaction,
+    )
     from sqlalchemy.orm import Session, SessionTransaction
 
 logger = logging.getLogger(__name__)
@@ -98,6 +105,8 @@ class _Tracker:
     buffers: dict[Destination, NotificationBuffer] = field(default_factory=dict)
     committing: _Commit | None = None
     """Connections only: the COMMIT in flight whose notifications wait for it."""
+    committed: bool = False
+    """Sessions only: the transaction ending committed (``after_commit`` fired)."""
 
     def buffer(self, notify: Destination, savepoints: list[Any]) -> NotificationBuffer:
         buffer = self.buffers.get(notify)
@@ -135,20 +144,20 @@ def buffer_for_transaction(
     ):
         raise wrong_session(session_or_connection)
     if isinstance(session_or_connection, SyncSession):
-        tracker = _tracker(session_or_connection, _hook_session)
+        tracker = _session_tracker(session_or_connection)
         return tracker.buffer(notify, _session_savepoints(session_or_connection))
     if isinstance(session_or_connection, SyncConnection):
-        tracker = _tracker(session_or_connection, _hook_connection)
+        tracker = _connection_tracker(session_or_connection)
         return tracker.buffer(notify, _connection_savepoints(session_or_connection))
     if isinstance(session_or_connection, AsyncSession):
         session = session_or_connection.sync_session
-        tracker = _tracker(session, _hook_session)
+        tracker = _session_tracker(session)
         return tracker.buffer(notify, _session_savepoints(session))
     if isinstance(session_or_connection, AsyncConnection):
         connection = session_or_connection.sync_connection
         if connection is None:
             raise ValueError("the AsyncConnection is not started; use it inside `async with`")
-        tracker = _tracker(connection, _hook_connection)
+        tracker = _connection_tracker(connection)
         return tracker.buffer(notify, _connection_savepoints(connection))
     raise wrong_session(session_or_connection)
 
@@ -166,14 +175,6 @@ def wrong_session(session: object) -> TypeError:
     )
 
 
-def _tracker(target: Any, hook: Any) -> _Tracker:
-    tracker = _trackers.get(target)
-    if tracker is None:
-        tracker = _trackers[target] = _Tracker()
-        hook(target, tracker)
-    return tracker
-
-
 # -- ORM sessions ----------------------------------------------------------------------
 
 
@@ -186,34 +187,65 @@ def _session_savepoints(session: Session) -> list[SessionTransaction]:
     return chain[::-1]
 
 
-def _hook_session(session: Session, tracker: _Tracker) -> None:
-    # Session events fire in this order: a commit runs after_commit then
-    # after_transaction_end; a rollback runs after_transaction_end then
-    # after_soft_rollback. A released savepoint also fires after_commit, so
-    # only the end of the root transaction decides.
-    committed = False
+def _session_tracker(session: Session) -> _Tracker:
+    tracker = _trackers.get(session)
+    if tracker is None:
+        _hook_session_class(type(session))
+        tracker = _trackers[session] = _Tracker()
+    return tracker
 
-    def after_commit(_session: Session) -> None:
-        nonlocal committed
-        committed = True
 
-    def after_transaction_end(_session: Session, transaction: SessionTransaction) -> None:
-        nonlocal committed
-        if transaction.nested or transaction.parent is not None:
-            committed = False
+_hooked_session_classes: set[type[Session]] = set()
+_hooking = threading.Lock()
+
+
+def _hook_session_class(cls: type[Session]) -> None:
+    """Listen to the session events of ``cls`` (and its subclasses) once per process.
+
+    Listeners on one session object cost more than the start they serve (SQLAlchemy's
+    event registry keeps weak references per listener): a request's session would pay
+    three per transaction. The class's listeners fire for every session of the class;
+    they look the session up among the tracked ones and return at once when it is not
+    (a dictionary lookup per transaction of the application's other sessions)."""
+    if any(c in _hooked_session_classes for c in cls.__mro__):
+        return
+    with _hooking:
+        if any(c in _hooked_session_classes for c in cls.__mro__):
             return
-        buffers = tracker.take()
-        if committed:
-            _schedule_flush(buffers)
-        committed = False
+        event.listen(cls, "after_commit", _session_after_commit)
+        event.listen(cls, "after_transaction_end", _session_after_transaction_end)
+        event.listen(cls, "after_soft_rollback", _session_after_soft_rollback)
+        _hooked_session_classes.add(cls)
 
-    def after_soft_rollback(_session: Session, transaction: SessionTransaction) -> None:
-        if transaction.nested:
-            tracker.rollback_savepoint(transaction)
 
-    event.listen(session, "after_commit", after_commit)
-    event.listen(session, "after_transaction_end", after_transaction_end)
-    event.listen(session, "after_soft_rollback", after_soft_rollback)
+# Session events fire in this order: a commit runs after_commit then
+# after_transaction_end; a rollback runs after_transaction_end then
+# after_soft_rollback. A released savepoint also fires after_commit, so
+# only the end of the root transaction decides.
+
+
+def _session_after_commit(session: Session) -> None:
+    tracker = _trackers.get(session)
+    if tracker is not None:
+        tracker.committed = True
+
+
+def _session_after_transaction_end(session: Session, transaction: SessionTransaction) -> None:
+    tracker = _trackers.get(session)
+    if tracker is None:
+        return
+    committed, tracker.committed = tracker.committed, False
+    if transaction.nested or transaction.parent is not None:
+        return
+    buffers = tracker.take()
+    if committed:
+        _schedule_flush(buffers)
+
+
+def _session_after_soft_rollback(session: Session, transaction: SessionTransaction) -> None:
+    tracker = _trackers.get(session)
+    if tracker is not None and transaction.nested:
+        tracker.rollback_savepoint(transaction)
 
 
 # -- Core connections ------------------------------------------------------------------
@@ -243,48 +275,73 @@ class _Commit:
         return not self.failed
 
 
-def _hook_connection(connection: Connection, tracker: _Tracker) -> None:
-    # Core has no after-commit event: the "commit" event fires before COMMIT is
-    # sent, so the flush task first waits for that COMMIT to finish, and sends
-    # only if no error was reported for it meanwhile (handle_error fires while
-    # the transaction is still active, before the COMMIT call returns).
+def _connection_tracker(connection: Connection) -> _Tracker:
+    tracker = _trackers.get(connection)
+    if tracker is None:
+        _hook_engine(connection.engine)
+        tracker = _trackers[connection] = _Tracker()
+    return tracker
 
-    def on_commit(conn: Connection) -> None:
-        transaction = conn.get_transaction()
-        buffers = tracker.take()
-        if transaction is None or not any(buffers.values()):
-            return
-        commit = tracker.committing = _Commit(transaction)
-        for sink, buffer in _sinks(buffers):
-            sink.after_commit(buffer, commit.outcome)
-        if not any(buffers.values()):
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            logger.warning("no running event loop at COMMIT; notifications dropped")
-            return
-        task = loop.create_task(
-            _flush_after_commit(commit, buffers), name="queuert-after-commit-flush"
-        )
-        track_flush(task)
 
-    def on_rollback(_conn: Connection) -> None:
+_hooked_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _hook_engine(engine: Engine) -> None:
+    """Listen to the transaction events of ``engine``'s connections once per engine
+    (see :func:`_hook_session_class` for why not per connection). Core has no
+    after-commit event: the "commit" event fires before COMMIT is sent, so the flush
+    task first waits for that COMMIT to finish, and sends only if no error was reported
+    for it meanwhile (``handle_error`` fires while the transaction is still active,
+    before the COMMIT call returns). Every handler may fire twice for one event (an
+    engine with execution options and the engine under it both hooked): the second
+    finds the buffers already taken."""
+    if engine in _hooked_engines:
+        return
+    with _hooking:
+        if engine in _hooked_engines:
+            return
+        event.listen(engine, "commit", _connection_commit)
+        event.listen(engine, "rollback", _connection_rollback)
+        event.listen(engine, "rollback_savepoint", _connection_rollback_savepoint)
+        event.listen(engine, "handle_error", _on_database_error)
+        _hooked_engines.add(engine)
+
+
+def _connection_commit(conn: Connection) -> None:
+    tracker = _trackers.get(conn)
+    if tracker is None:
+        return
+    transaction = conn.get_transaction()
+    buffers = tracker.take()
+    if transaction is None or not any(buffers.values()):
+        return
+    commit = tracker.committing = _Commit(transaction)
+    for sink, buffer in _sinks(buffers):
+        sink.after_commit(buffer, commit.outcome)
+    if not any(buffers.values()):
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        logger.warning("no running event loop at COMMIT; notifications dropped")
+        return
+    task = loop.create_task(_flush_after_commit(commit, buffers), name="queuert-after-commit-flush")
+    track_flush(task)
+
+
+def _connection_rollback(conn: Connection) -> None:
+    tracker = _trackers.get(conn)
+    if tracker is not None:
         tracker.take()
 
-    def on_rollback_savepoint(conn: Connection, _name: str, _context: Any) -> None:
-        # Fired before ROLLBACK TO SAVEPOINT, while the savepoint rolled back is
-        # still the innermost one.
-        nested = conn.get_nested_transaction()
-        if nested is not None:
-            tracker.rollback_savepoint(nested)
 
-    event.listen(connection, "commit", on_commit)
-    event.listen(connection, "rollback", on_rollback)
-    event.listen(connection, "rollback_savepoint", on_rollback_savepoint)
-    # Registered on the dialect (per engine), shared by every hooked connection.
-    if not event.contains(connection.engine, "handle_error", _on_database_error):
-        event.listen(connection.engine, "handle_error", _on_database_error)
+def _connection_rollback_savepoint(conn: Connection, _name: str, _context: Any) -> None:
+    # Fired before ROLLBACK TO SAVEPOINT, while the savepoint rolled back is still
+    # the innermost one.
+    tracker = _trackers.get(conn)
+    nested = conn.get_nested_transaction()
+    if tracker is not None and nested is not None:
+        tracker.rollback_savepoint(nested)
 
 
 def _on_database_error(context: ExceptionContext) -> None:

@@ -29,12 +29,13 @@ class Project:
     prefix: str
     workers: list[subprocess.Popen[str]] = field(default_factory=list)
 
-    def start_worker(self, *args: str) -> subprocess.Popen[str]:
-        """``manage.py queuert_worker ARGS`` (60 s poll), once it says it runs."""
+    def start_worker(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """``manage.py queuert_worker ARGS`` (60 s poll, ``env`` added to the project's),
+        once it says it runs."""
         worker = subprocess.Popen(
             [sys.executable, "manage.py", "queuert_worker", "--poll-interval=60", *args],
             cwd=self.root,
-            env={**os.environ, **self.env},
+            env={**os.environ, **self.env, **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

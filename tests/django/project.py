@@ -53,7 +53,76 @@ TASKS = {
                 "QUEUES": ["default", "other"], "OPTIONS": _queue},
     "lite": {"BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
              "OPTIONS": {**_queue, "database": "lite"}},
+    # Limits, a pause and a schedule from OPTIONS, on tables and a Redis prefix of their own.
+    "ops": {"BACKEND": "queuert_notify.contrib.django.QueuertTaskBackend",
+            "QUEUES": ["default", "held", "slow"],
+            "OPTIONS": {**_queue, "table_prefix": "qops_",
+                        "redis_prefix": os.environ["QN_PREFIX"] + "ops",
+                        "limits": {"slow": {"concurrency": 2, "rate": 50, "per": 1}},
+                        "paused": ["held"],
+                        "schedules": {"ops-tick": {"task": "shop.tasks.ops_tick",
+                                                   "every": 1, "args": ["tick"]}}}},
 }
+if os.environ.get("QN_OTEL_SPANS"):
+    # OpenTelemetry as docs/django.md sets it up, spans written to a file per process.
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from proj.spans import FileExporter
+    from queuert_notify.otel import instrument
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(SimpleSpanProcessor(FileExporter(os.environ["QN_OTEL_SPANS"])))
+    trace.set_tracer_provider(_provider)
+    instrument()
+if os.environ.get("QN_BAD_SCHEDULE"):
+    TASKS["ops"]["OPTIONS"]["schedules"]["typo"] = {"task": "shop.tasks.ops_tock", "every": 60}
+"""
+
+SPANS = """
+import json
+
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+
+class FileExporter(SpanExporter):
+    \"\"\"Each finished span as a JSON line: name, kind, trace and parent ids, task name.\"\"\"
+
+    def __init__(self, path):
+        self.path = path
+
+    def export(self, spans):
+        with open(self.path, "a") as out:
+            for span in spans:
+                out.write(json.dumps({
+                    "name": span.name,
+                    "kind": span.kind.name,
+                    "trace_id": span.context.trace_id,
+                    "span_id": span.context.span_id,
+                    "parent_id": span.parent.span_id if span.parent else None,
+                }) + "\\n")
+        return SpanExportResult.SUCCESS
+"""
+
+ASGI = """
+import os
+
+from django.core.asgi import get_asgi_application
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proj.settings")
+django_app = get_asgi_application()
+
+from queuert_notify.contrib.django.dashboard import dashboard_app  # noqa: E402
+
+application = Starlette(
+    routes=[
+        Mount("/queue", dashboard_app(token=os.environ["QN_DASHBOARD_TOKEN"])),
+        Mount("/", django_app),
+    ]
+)
 """
 
 MODELS = '''
@@ -146,6 +215,28 @@ def other_queue(key):
     return key
 
 
+@task(backend="ops")
+def ops_tick(key):
+    Run.objects.create(key=f"ops:{key}")
+    return key
+
+
+@task(backend="ops", queue_name="held")
+def ops_held(key):
+    Run.objects.create(key=f"ops:{key}")
+    return key
+
+
+@task
+def traced_run(key):
+    # A span of the task's own nests under the worker's run span.
+    from opentelemetry import trace
+
+    with trace.get_tracer("shop").start_as_current_span(f"inside {key}"):
+        Run.objects.create(key=key)
+    return key
+
+
 @task
 def slow_run(key, seconds):
     Run.objects.create(key=f"{key}:begun")
@@ -198,6 +289,8 @@ def write_project(root: Path) -> None:
         "proj/__init__.py": "",
         "proj/settings.py": SETTINGS,
         "proj/urls.py": URLS,
+        "proj/asgi.py": ASGI,
+        "proj/spans.py": SPANS,
         "shop/__init__.py": "",
         "shop/models.py": MODELS,
         "shop/routers.py": ROUTERS,

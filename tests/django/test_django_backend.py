@@ -236,12 +236,17 @@ def test_a_failing_task_retries_with_backoff_then_fails_with_its_error(
     # backoff_base 0.05 s, doubling (± 10 %): the retries wait at least that long.
     assert runs[1].at - runs[0].at >= timedelta(seconds=0.045)
     assert runs[2].at - runs[1].at >= timedelta(seconds=0.09)
+    # Every failed attempt's error, in order (TaskResult.errors), the last included.
+    assert [e.exception_class_path for e in flaky.errors] == ["builtins.ValueError"] * 2
+    assert "attempt 1 of flaky fails" in flaky.errors[0].traceback
+    assert "attempt 2 of flaky fails" in flaky.errors[1].traceback
     assert doomed.status == "FAILED"
     assert doomed.attempts == 3
-    (error,) = doomed.errors
-    assert error.exception_class_path == "builtins.LookupError"
-    assert error.exception_class is LookupError
-    assert "no such thing: doomed" in error.traceback
+    assert len(doomed.errors) == 3
+    for error in doomed.errors:
+        assert error.exception_class_path == "builtins.LookupError"
+        assert error.exception_class is LookupError
+        assert "no such thing: doomed" in error.traceback
     with pytest.raises(ValueError, match="failed"):
         doomed.return_value  # noqa: B018
     # The Tasks API's signals: started before every attempt, finished once.

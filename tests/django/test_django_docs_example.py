@@ -1,5 +1,6 @@
 """docs/django.md's example project, written and run exactly as the page shows it:
-its files, its commands (makemigrations, migrate, queuert_worker), its shell session."""
+its files, its commands (makemigrations, migrate, queuert_worker), its shell session,
+and its ``asgi.py`` with the dashboard mounted, served by the page's uvicorn command."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -22,22 +24,22 @@ BLOCK = re.compile(r'```(\w*)(?: title="([^"]+)")?\n(.*?)```', re.DOTALL)
 pytestmark = pytest.mark.timeout(300)
 
 
-def blocks() -> tuple[dict[str, str], list[str]]:
-    """The titled code blocks (file name -> text) and the first bash block's commands."""
+def blocks() -> tuple[dict[str, str], list[list[str]]]:
+    """The titled code blocks (file name -> text) and each bash block's commands."""
     files: dict[str, str] = {}
-    commands: list[str] = []
+    commands: list[list[str]] = []
     for language, title, text in BLOCK.findall(DOC.read_text()):
         if title:
             files[title] = text
-        elif language == "bash" and not commands:
-            commands = [line for line in text.splitlines() if line.strip()]
+        elif language == "bash":
+            commands.append([line for line in text.splitlines() if line.strip()])
     return files, commands
 
 
 def test_the_example_project_runs_as_written(
     tmp_path: Path, postgres_url: str, redis_url: str
 ) -> None:
-    files, commands = blocks()
+    files, (commands, serve) = blocks()
     shell = files.pop("shell")
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +89,7 @@ def test_the_example_project_runs_as_written(
         )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "SUCCESSFUL welcomed ada@example.com" in done.stdout
+        check_the_mounted_dashboard(tmp_path, env, serve)
     finally:
         if worker is not None:
             worker.send_signal(signal.SIGTERM)
@@ -94,3 +97,39 @@ def test_the_example_project_runs_as_written(
             assert worker.returncode == 0, output
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def check_the_mounted_dashboard(root: Path, env: dict[str, str], serve: list[str]) -> None:
+    """``TOKEN=... uvicorn mysite.asgi:application`` as the page has it (on a free port):
+    the dashboard answers under /queue with the token and 401 without."""
+    pytest.importorskip("uvicorn")
+    import httpx
+
+    (command,) = serve
+    assignment, *argv = shlex.split(command)
+    name, token = assignment.split("=", 1)
+    assert argv == ["uvicorn", "mysite.asgi:application"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", *argv, f"--port={port}"],
+        cwd=root,
+        env={**env, name: token},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        for line in server.stdout:
+            if "Uvicorn running" in line:
+                break
+        base = f"http://127.0.0.1:{port}/queue/"
+        assert httpx.get(base, timeout=30).status_code == 401
+        page = httpx.get(base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert page.status_code == 200
+        assert "django:default" in page.text
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from django.apps import AppConfig
 
 
@@ -11,3 +13,12 @@ class QueuertConfig(AppConfig):  # type: ignore[misc]
     label = "queuert_notify"
     verbose_name = "queuert-notify"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The Tasks API's system check runs each backend's check() (ours: OPTIONS naming
+        # missing tasks or queues). django.tasks registers it on import; the backport
+        # only when "django_tasks" is an installed app, which it need not be.
+        try:
+            importlib.import_module("django.tasks.checks")
+        except ImportError:
+            importlib.import_module("django_tasks.checks")

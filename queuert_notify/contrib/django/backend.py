@@ -15,11 +15,13 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+from django.core import checks
 from django.db import connections, transaction
 from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
 from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.client.sync_announcers import announcer_for
+from queuert_notify.contrib.django.controls import problems
 from queuert_notify.contrib.django.options import BackendOptions
 from queuert_notify.contrib.django.statements import QueueTables, queue_tables
 from queuert_notify.contrib.django.task_jobs import (
@@ -118,6 +120,14 @@ class QueuertTaskBackend(BaseTaskBackend):  # type: ignore[misc]
             except (JobNotFoundError, ChainNotFoundError):
                 raise TaskResultDoesNotExist(f"no task result with id {result_id!r}") from None
         return task_result(job, self.alias)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Django's system check (``manage.py check``, ``runserver``, ``migrate``): the
+        ``OPTIONS`` that name a task or a queue that is not there (``queuert_notify.E001``)."""
+        messages = list(super().check(**kwargs))
+        for problem in problems(self.alias, self.settings, self.queues):
+            messages.append(checks.Error(problem, id="queuert_notify.E001"))
+        return messages
 
     def _tables(self, alias: str) -> QueueTables:
         connection = connections[alias]

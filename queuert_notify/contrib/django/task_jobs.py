@@ -16,8 +16,10 @@ the task function      ``input["task"]``: its module path, resolved by the worke
 ``status``             pending/blocked: READY (a retry waiting too), running: RUNNING,
                        completed: SUCCESSFUL, failed/cancelled: FAILED
 ``return_value``       the job's output (the task's return value, normalized to JSON)
-``errors``             the last failed attempt's traceback (the queue keeps the last
-                       error only)
+``errors``             every failed attempt's error, in order: the worker keeps them
+                       in the job's progress (the queue's ``last_error`` stands in
+                       for an attempt that ended without the worker: a lease that
+                       expired, a killed process)
 ``enqueued_at``        the job's ``created_at``
 ``started_at``,        when the latest attempt started (written by the worker as the
 ``last_attempted_at``  job's progress)
@@ -114,12 +116,35 @@ def task_result(job: JobRecord, backend: str) -> TaskResult:
         args=payload["args"],
         kwargs=payload["kwargs"],
         backend=backend,
-        errors=[error_of(job.last_error)] if job.last_error else [],
+        errors=_errors(job, progress),
         worker_ids=[worker] * job.attempt,
     )
     if status == TaskResultStatus.SUCCESSFUL:
         set_field(result, "_return_value", job.output)
     return result
+
+
+def stored_error(attempt: int, error: TaskError) -> dict[str, Any]:
+    """An attempt's error as the worker keeps it in the job's progress."""
+    return {
+        "attempt": attempt,
+        "exception_class_path": error.exception_class_path,
+        "traceback": error.traceback,
+    }
+
+
+def _errors(job: JobRecord, progress: dict[str, Any]) -> list[TaskError]:
+    stored = progress.get("errors") or []
+    errors = [
+        TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
+        for e in stored
+    ]
+    # The latest attempt ended without the worker writing its error (a lease that
+    # expired, a killed process, a task that could not be imported): the queue's own.
+    ended = job.status in {"pending", "blocked", "failed", "cancelled"}
+    if ended and job.last_error and all(e.get("attempt") != job.attempt for e in stored):
+        errors.append(error_of(job.last_error))
+    return errors
 
 
 def error_of(text: str) -> TaskError:

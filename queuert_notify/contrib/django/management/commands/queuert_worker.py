@@ -45,7 +45,7 @@ class Command(BaseCommand):  # type: ignore[misc]
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from queuert_notify.contrib.django.worker import build_worker, run_worker
+        from queuert_notify.contrib.django.worker import backend_named, build_worker, run_worker
 
         processes: int = options["processes"]
         if processes < 1:
@@ -68,7 +68,8 @@ class Command(BaseCommand):  # type: ignore[misc]
             f"(concurrency {worker.concurrency})"
         )
         try:
-            asyncio.run(run_worker(worker, engine, supervised=options["supervised"]))
+            settings = backend_named(options["backend"]).settings
+            asyncio.run(run_worker(worker, engine, settings, supervised=options["supervised"]))
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from None
         if worker.abandoned_jobs:

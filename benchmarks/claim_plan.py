@@ -6,13 +6,20 @@ off for it) or running ``ANALYZE`` after the fill, then drains them with one loo
 claims ``--limit`` jobs of all the types at a time and completes them, timing every
 claim. Compare the jobs/s of the two; on a plan that sorted the backlog per claim the
 claim time would grow with the backlog.
+
+Also the claim statement's own server time (issue #28, "Past one machine"): before
+the drain, ``--explains`` claims on the full backlog run under ``EXPLAIN ANALYZE`` and
+are rolled back; their planning plus execution time is what the server spends on one
+claim of ``--limit`` jobs, without the round trip or the client (pg_stat_statements
+would give the same figure, but it is not loaded on a default server).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
@@ -29,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=20_000, help="pending jobs to drain")
     parser.add_argument("--types", type=int, default=2, help="job types claimed together")
     parser.add_argument("--limit", type=int, default=10, help="jobs per claim")
+    parser.add_argument(
+        "--explains", type=int, default=50, help="claims timed by EXPLAIN ANALYZE, rolled back"
+    )
     stacks.add_stack_arguments(parser)
 
 
@@ -53,6 +63,9 @@ def _variant(args: argparse.Namespace, analyzed: bool) -> runner.Variant:
                 async with stack.engine.connect() as conn:
                     await conn.execute(text(f"ANALYZE {jobs_table}"))
                     await conn.commit()
+            server = [
+                await _claim_server_ms(stack, types, args.limit) for _ in range(args.explains)
+            ]
             claims: list[float] = []
             started = time.perf_counter()
             while True:
@@ -64,9 +77,33 @@ def _variant(args: argparse.Namespace, analyzed: bool) -> runner.Variant:
                 done = [Completion(j.id, j.lease_token or "", None) for j in jobs]
                 await state.complete_jobs(done, notes=notes)
             elapsed = time.perf_counter() - started
-            return {"jobs/s": args.jobs / elapsed, **runner.percentiles(claims)}
+            server_ms = statistics.median(server) if server else float("nan")
+            return {
+                "jobs/s": args.jobs / elapsed,
+                **runner.percentiles(claims),
+                "claim server p50 ms": server_ms,
+                "claim server µs/job": 1000 * server_ms / args.limit,
+            }
 
     return runner.Variant("analyzed" if analyzed else "never analyzed", run)
+
+
+async def _claim_server_ms(stack: stacks.Stack, types: list[str], limit: int) -> float:
+    """Planning plus execution time of one claim the adapter sends, run under
+    ``EXPLAIN ANALYZE`` and rolled back."""
+    now = datetime.now(UTC)
+    query = stack.state.database.sql.claim(
+        types, worker_id="w", leased_until=now + timedelta(seconds=60), limit=limit, now=now
+    )
+    compiled = query.statement.compile(dialect=stack.engine.dialect)
+    async with stack.engine.connect() as conn:
+        plan = await conn.exec_driver_sql(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + str(compiled),
+            {**compiled.params, **query.params},
+        )
+        (document,) = plan.scalar_one()
+        await conn.rollback()
+    return float(document["Planning Time"]) + float(document["Execution Time"])
 
 
 async def run(args: argparse.Namespace) -> str:

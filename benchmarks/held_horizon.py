@@ -42,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hold-for", type=float, default=60.0, help="seconds it is held")
     parser.add_argument("--rate", type=int, default=200, help="jobs started per second")
     parser.add_argument("--limit", type=int, default=10, help="jobs per claim")
+    parser.add_argument(
+        "--horizon-age",
+        type=float,
+        default=10.0,
+        help="seconds a held snapshot may be old before the health report names it",
+    )
     parser.add_argument("--plot", default="", help="write the seconds as a PNG here")
     stacks.add_stack_arguments(parser)
 
@@ -150,7 +156,9 @@ async def _run(stack: stacks.Stack, args: argparse.Namespace) -> tuple[list[Seco
             await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             await conn.execute("SELECT 1")
             await asyncio.sleep(args.hold_for - 1.0)
-            report = await stack.client.health(thresholds=HealthThresholds(horizon_age=10.0))
+            report = await stack.client.health(
+                thresholds=HealthThresholds(horizon_age=args.horizon_age)
+            )
             await asyncio.sleep(1.0)
             await conn.execute("ROLLBACK")
         finally:

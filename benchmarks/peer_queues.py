@@ -1,11 +1,15 @@
-"""Issue #17: queuert-notify side by side with the queues users would pick instead.
+"""Issues #17 and #28: queuert-notify side by side with the queues users would pick instead.
 
-pgqueuer, procrastinate and chancy run from a virtualenv of their own
-(``--venv``, default ``.bench-peers/``, created from
-``benchmarks/peers-requirements.txt`` when missing or when that file changed),
-so the product never depends on them. Every side is a driver script in
-``benchmarks/peers/`` run as a subprocess per round (ours and the bare-driver
-floor from this interpreter, the peers from that virtualenv); the workloads and
+pgqueuer, procrastinate, chancy, awa and Oban for Python run from virtualenvs
+the benchmark makes (``benchmarks/peers/venvs.py``: Oban's from Python 3.12 or
+later, skipped with a note in the report when there is none), so the product
+never depends on them. Each peer runs in two configurations its driver names
+(``--config``): its documented defaults, and matched to ours at
+``--concurrency``; the enqueue, batch and wake workloads run each peer at its
+defaults, the drain runs both (one row where they are the same worker). Every
+side is a driver script in ``benchmarks/peers/`` run as a subprocess per round
+(ours and the bare-driver floor from this interpreter, the peers from their
+virtualenvs); the workloads and
 their timing are the same code for all (``benchmarks/peers/workloads.py``).
 Each round of each side gets a Postgres database of its own, created for it
 and dropped afterwards (SQLite sides: a temporary file).
@@ -19,21 +23,22 @@ Workloads (``--workloads``):
   call, against ``executemany`` (psycopg) or sqlite3's;
 - ``wake``: one idle worker, a job enqueued after a random gap of
   ``--min-gap``..``--max-gap``; latency from the start of the enqueue call to
-  the handler's first line, ``--samples`` per round;
+  the handler's first line, split into the call and its return (commit) to the
+  handler, ``--samples`` per round;
 - ``drain``: ``--jobs`` no-op jobs (each size in turn) filled and analyzed,
-  then one worker process at ``--concurrency`` 10 drains them; ours also with
-  ``--processes`` worker processes under ``queuert-notify worker --processes``,
-  with the CPU those processes used and what the whole machine used meanwhile.
+  then one worker process drains them; ours also with ``--processes`` worker
+  processes under ``queuert-notify worker --processes``; with the CPU per job
+  of the queue's processes and of the Postgres backends serving the round's
+  database, and what the whole machine used meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
-import subprocess
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,21 +47,35 @@ import psycopg
 from sqlalchemy.engine import make_url
 
 from benchmarks import runner, services
+from benchmarks.peers import venvs
 
 NAME = "peers"
-HELP = "ours vs pgqueuer, procrastinate and chancy: enqueue, wake latency, drain"
+HELP = "ours vs pgqueuer, procrastinate, chancy, awa and Oban: enqueue, wake latency, drain"
 
 _ROOT = Path(__file__).resolve().parent.parent
 _DRIVERS = Path(__file__).resolve().parent / "peers"
-REQUIREMENTS = Path(__file__).resolve().parent / "peers-requirements.txt"
-PEERS = ("pgqueuer", "procrastinate", "chancy")
+PEERS = ("pgqueuer", "procrastinate", "chancy", "awa", "oban")
 WORKLOADS = ("enqueue", "batch", "wake", "drain")
+CONFIGS = ("defaults", "matched")
 
-_PEER_CONFIG = {
-    "pgqueuer": "pgqueuer 1.6 (asyncpg, LISTEN/NOTIFY)",
-    "procrastinate": "procrastinate 3.10 (psycopg connector)",
-    "chancy": "chancy 0.26 (defaults, AsyncExecutor)",
+_PEER_NAME = {
+    "pgqueuer": "pgqueuer 1.6",
+    "procrastinate": "procrastinate 3.10",
+    "chancy": "chancy 0.26",
+    "awa": "awa 0.6.9",
+    "oban": "Oban for Python 0.7",
 }
+# What each configuration of each driver means (its docstring says why).
+_DEFAULTS = {
+    "pgqueuer": "batch 10, no cap",
+    "procrastinate": "concurrency 1",
+    "chancy": "concurrency 100",
+    "awa": "10 workers",
+    "oban": "limit 10",
+}
+# Peers whose defaults are concurrency 10: at --concurrency 10 both configurations
+# are the same worker, run once.
+_DEFAULT_CONCURRENCY = {"awa": 10, "oban": 10}
 _OURS_STATE = {"postgres": "Postgres", "sqlite": "SQLite"}
 _OURS_NOTIFY = {
     "noop": "noop",
@@ -96,6 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "psycopg, asyncpg",
     )
     parser.add_argument("--venv", default=str(_ROOT / ".bench-peers"))
+    parser.add_argument("--oban-venv", default=str(_ROOT / ".bench-oban"))
     parser.add_argument("--postgres-url", default=services.postgres_url())
     parser.add_argument("--redis-url", default=services.redis_url())
     parser.add_argument("--nats-url", default=services.nats_url())
@@ -138,33 +158,67 @@ def _floor(kind: str) -> Side:
     return Side(name, command, postgres=kind == "psycopg")
 
 
-def _peer(peer: str, python: str) -> Side:
-    return Side(_PEER_CONFIG[peer], (python, str(_DRIVERS / f"{peer}_side.py")))
+def _peer(peer: str, config: str, python: str, concurrency: int) -> Side:
+    if _DEFAULT_CONCURRENCY.get(peer) == concurrency:
+        label = f"defaults = matched ({_DEFAULTS[peer]})"
+    elif config == "defaults":
+        label = f"defaults ({_DEFAULTS[peer]})"
+    elif peer == "pgqueuer":
+        half = max(1, concurrency // 2)
+        label = f"matched (batch {half}, cap {2 * half})"
+    else:
+        label = f"matched (concurrency {concurrency})"
+    command = (python, str(_DRIVERS / f"{peer}_side.py"), f"--config={config}")
+    return Side(f"{_PEER_NAME[peer]}, {label}", command)
 
 
-async def peers_python(venv: str) -> str:
-    """The interpreter of the peers' virtualenv, created or refreshed when
-    ``peers-requirements.txt`` changed since it was installed."""
-    return await asyncio.to_thread(_ensure_venv, Path(venv))
+@dataclass(frozen=True)
+class Peers:
+    """The peer sides of a run, at their defaults and matched, and what was skipped."""
+
+    defaults: list[Side]
+    matched: list[Side]
+    pythons: list[str]
+    skipped: list[str]
 
 
-def _ensure_venv(venv: Path) -> str:
-    python = venv / "bin" / "python"
-    stamp = venv / f".installed-{hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:16]}"
-    if not stamp.exists():
-        if not python.exists():
-            _check(sys.executable, "-m", "venv", str(venv))
-        _check(str(python), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS))
-        for old in venv.glob(".installed-*"):
-            old.unlink()
-        stamp.touch()
-    return str(python)
-
-
-def _check(*command: str) -> None:
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}")
+async def peer_sides(peers: list[str], args: argparse.Namespace) -> Peers:
+    """The sides of ``peers``, their virtualenvs made first (Oban's skipped, with the
+    reason, when no Python 3.12 or later is found)."""
+    defaults: list[Side] = []
+    matched: list[Side] = []
+    pythons: list[str] = []
+    skipped: list[str] = []
+    shared = [peer for peer in peers if peer != "oban"]
+    pythons_by_peer = {}
+    if shared:
+        python = await asyncio.to_thread(
+            venvs.ensure, Path(args.venv), venvs.REQUIREMENTS, sys.executable
+        )
+        pythons.append(python)
+        pythons_by_peer.update(dict.fromkeys(shared, python))
+    if "oban" in peers:
+        base, looked = await asyncio.to_thread(venvs.python_for_oban)
+        if base is None:
+            skipped.append(
+                f"Oban for Python skipped: it needs Python 3.12 or later and none was found "
+                f"(looked in {looked}); install one, e.g. `pyenv install 3.12`"
+            )
+            print(skipped[-1], file=sys.stderr)
+        else:
+            python = await asyncio.to_thread(
+                venvs.ensure, Path(args.oban_venv), venvs.OBAN_REQUIREMENTS, base
+            )
+            pythons.append(python)
+            pythons_by_peer["oban"] = python
+    for peer in peers:
+        if peer not in pythons_by_peer:
+            continue
+        python = pythons_by_peer[peer]
+        defaults.append(_peer(peer, "defaults", python, args.concurrency))
+        if _DEFAULT_CONCURRENCY.get(peer) != args.concurrency:
+            matched.append(_peer(peer, "matched", python, args.concurrency))
+    return Peers(defaults, matched, pythons, skipped)
 
 
 def _admin_conninfo(url: str) -> str:
@@ -180,9 +234,8 @@ def _database_url(url: str, database: str, *, sqlalchemy: bool) -> str:
 
 async def run_side(side: Side, workload: list[str], args: argparse.Namespace) -> runner.Figures:
     """One round: a fresh database, the driver's run of ``workload``, the database dropped."""
-    database = f"{services.unique_prefix()}_{side.command[-1].split('/')[-1][:12]}".replace(
-        "-", "_"
-    ).replace(".", "_")
+    slug = re.sub(r"[^a-z0-9]+", "_", side.name.lower())[:20]
+    database = f"{services.unique_prefix()}_{slug}"
     admin = None
     if side.postgres:
         admin = await psycopg.AsyncConnection.connect(
@@ -260,9 +313,9 @@ async def run(args: argparse.Namespace) -> str:
     unknown += [p for p in peers if p not in PEERS]
     if unknown:
         raise SystemExit(f"unknown {unknown}; workloads: {WORKLOADS}, peers: {PEERS}")
-    python = await peers_python(args.venv) if peers else ""
-    peer_sides = [_peer(peer, python) for peer in peers]
-    pgqueuer = _PEER_CONFIG["pgqueuer"]
+    found = await peer_sides(peers, args)
+    defaults = found.defaults
+    pgqueuer = next((side.name for side in defaults if side.name.startswith("pgqueuer")), "")
     sections = []
 
     if "enqueue" in workloads or "batch" in workloads:
@@ -275,18 +328,18 @@ async def run(args: argparse.Namespace) -> str:
             for n in ("noop", "redis")
         ]
         sqlite = [_ours("sqlite", n, args) for n in ("noop", "in-process")] if args.sqlite else []
-        sides = [*postgres, pg_floor, *peer_sides, *sqlite, *([lite_floor] if sqlite else [])]
+        sides = [*postgres, pg_floor, *defaults, *sqlite, *([lite_floor] if sqlite else [])]
 
         def floor_ratios(column: str, figure: str) -> list[tuple[str, str, str, str]]:
             return [
-                (column, side.name, pg_floor.name, figure) for side in [*postgres, *peer_sides]
+                (column, side.name, pg_floor.name, figure) for side in [*postgres, *defaults]
             ] + [(column, side.name, lite_floor.name, figure) for side in sqlite]
 
         if "enqueue" in workloads:
             sections.append(
                 await _compare(
                     f"Enqueue one job per call, each in its own transaction ({args.calls:,} "
-                    "calls per round after 50 untimed):",
+                    "calls per round after 50 untimed); peers at their defaults:",
                     sides,
                     ["enqueue", f"--calls={args.calls}"],
                     args,
@@ -297,7 +350,7 @@ async def run(args: argparse.Namespace) -> str:
             sections.append(
                 await _compare(
                     f"Enqueue 100 jobs per transaction with each queue's batch call "
-                    f"({args.batches} transactions per round):",
+                    f"({args.batches} transactions per round); peers at their defaults:",
                     sides,
                     ["batch", f"--batches={args.batches}"],
                     args,
@@ -309,13 +362,22 @@ async def run(args: argparse.Namespace) -> str:
         ours = [_ours("postgres", "redis", args), _ours("postgres", "postgres", args)]
         if args.sqlite:
             ours.append(_ours("sqlite", "in-process", args))
+        ratios = [
+            (column, side.name, pgqueuer, figure)
+            for side in ours
+            for column, figure in (
+                ("p50 / pgqueuer", "p50 ms"),
+                ("commit → handler / pgqueuer", "commit → handler p50 ms"),
+            )
+        ]
         sections.append(
             await _compare(
-                f"Wake latency, enqueue call to the handler's first line; one idle worker, "
-                f"{args.samples} jobs per round, random gaps {args.min_gap * 1000:g} to "
-                f"{args.max_gap * 1000:g} ms (medians over rounds of each round's "
-                "percentiles):",
-                [*ours, *peer_sides],
+                f"Wake latency, enqueue call to the handler's first line, and its part from "
+                f"the call's return (commit) to the handler; one idle worker (ours at "
+                f"concurrency 1, peers at their defaults), {args.samples} jobs per round, "
+                f"random gaps {args.min_gap * 1000:g} to {args.max_gap * 1000:g} ms "
+                "(medians over rounds of each round's percentiles):",
+                [*ours, *defaults],
                 [
                     "wake",
                     f"--samples={args.samples}",
@@ -323,7 +385,7 @@ async def run(args: argparse.Namespace) -> str:
                     f"--max-gap={args.max_gap}",
                 ],
                 args,
-                [("p50 / pgqueuer", side.name, pgqueuer, "p50 ms") for side in ours],
+                ratios,
             )
         )
 
@@ -338,30 +400,32 @@ async def run(args: argparse.Namespace) -> str:
             ]
             if args.sqlite:
                 ours.append(_ours("sqlite", "in-process", args))
-            sections.append(await _drain_section(ours, peer_sides, jobs, args, reference.name))
+            sections.append(await _drain_section(ours, found, jobs, args, reference.name))
 
     notes = [
         "each side runs as a subprocess per round (ours and the floors from this "
-        "interpreter, the peers from " + (python or "their virtualenv") + "), with a "
-        "Postgres database of its own created for the round and dropped after it; timings "
-        "are taken inside the driver (benchmarks/peers/workloads.py), so interpreter "
-        "start, imports and schema installation are not counted",
+        "interpreter, the peers from "
+        + (", ".join(found.pythons) or "their virtualenvs")
+        + "), with a Postgres database of its own created for the round and dropped after "
+        "it; timings are taken inside the driver (benchmarks/peers/workloads.py), so "
+        "interpreter start, imports and schema installation are not counted",
         "peers' configurations are in the docstrings of benchmarks/peers/<peer>_side.py",
+        *found.skipped,
         f"Postgres {await services.postgres_server_version(args.postgres_url)}, Redis "
         f"{await services.redis_server_version(args.redis_url)} on the same host",
         runner.machine_notes(),
     ]
     return runner.report(
-        "Side by side with pgqueuer, procrastinate and chancy",
+        "Side by side with pgqueuer, procrastinate, chancy, awa and Oban for Python",
         [f"Medians of {args.rounds} alternating rounds.", *sections],
         notes=notes,
     )
 
 
 async def _drain_section(
-    ours: list[Side], peers: list[Side], jobs: int, args: argparse.Namespace, reference: str
+    ours: list[Side], peers: Peers, jobs: int, args: argparse.Namespace, reference: str
 ) -> str:
-    sides = [*ours, *peers]
+    sides = [*ours, *peers.defaults, *peers.matched]
     workload = ["drain", f"--jobs={jobs}", f"--concurrency={args.concurrency}"]
     results = await runner.alternate(_variants(sides, workload, args), args.rounds, warmup=0)
     rows = {side.name: results.medians(side.name) for side in sides}
@@ -369,8 +433,34 @@ async def _drain_section(
         rows[side.name]["ours (Postgres + Redis, 1 process) / this"] = results.ratio(
             reference, side.name
         )["jobs/s"]
+    best = [
+        _against_best(rows, reference, label, group)
+        for label, group in (("at its defaults", peers.defaults), ("matched", peers.matched))
+        if group
+    ]
     return (
-        f"Drain of {jobs:,} no-op jobs, one worker process at concurrency "
-        f"{args.concurrency} (ours also with more processes), from the worker's start to "
-        "the last completion recorded:\n\n" + runner.table(rows, first_column="queue")
+        f"Drain of {jobs:,} no-op jobs, one worker process (ours at concurrency "
+        f"{args.concurrency}, also with more processes; each peer at its defaults and "
+        f"matched at concurrency {args.concurrency}), from the worker's start to the last "
+        "completion recorded; CPU per job of the queue's processes and of the Postgres "
+        "backends serving the round's database:\n\n"
+        + runner.table(rows, first_column="queue")
+        + "".join(f"\n\n{line}" for line in best)
+    )
+
+
+def _against_best(
+    rows: dict[str, runner.Figures], reference: str, label: str, group: list[Side]
+) -> str:
+    """Ours against the fastest peer of ``group`` and the one with the least CPU per job
+    (from the medians)."""
+    ours = rows[reference]
+    fastest = max(group, key=lambda side: rows[side.name]["jobs/s"]).name
+    leanest = min(group, key=lambda side: rows[side.name]["queue CPU µs/job"]).name
+    return (
+        f"Best peer {label}: {fastest}, {rows[fastest]['jobs/s']:,.0f} jobs/s; ours "
+        f"(Postgres + Redis, 1 process) {ours['jobs/s'] / rows[fastest]['jobs/s']:.2f} times it. "
+        f"Least queue CPU per job {label}: {leanest}, "
+        f"{rows[leanest]['queue CPU µs/job']:,.0f} µs; ours "
+        f"{ours['queue CPU µs/job'] / rows[leanest]['queue CPU µs/job']:.2f} times it."
     )

@@ -34,9 +34,8 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from benchmarks import runner, services
+from benchmarks.wake_latency import WakeProbe
 from queuert_notify.client import ChainSpec, Client
-from queuert_notify.events import WorkerEvent
-from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.redis import RedisNotifyAdapter
 from queuert_notify.worker import Worker
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
@@ -84,22 +83,9 @@ def _wake_variant(args: argparse.Namespace, bouncer: Bouncer | None, driver: str
         engine = create_async_engine(_url(args, bouncer, driver), connect_args=settings)
         state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
         await state.migrate()
-        loop = asyncio.get_running_loop()
-        arrivals: dict[str, asyncio.Future[float]] = {}
-        completions: dict[str, asyncio.Future[None]] = {}
-
-        def arrival(chain_id: str) -> asyncio.Future[float]:
-            return arrivals.setdefault(chain_id, loop.create_future())
-
-        def completion(chain_id: str) -> asyncio.Future[None]:
-            return completions.setdefault(chain_id, loop.create_future())
-
-        def on_event(event: WorkerEvent) -> None:
-            if event.kind == "completed" and event.chain_id is not None:
-                completion(event.chain_id).set_result(None)
-
-        async def handler(job: Job, ctx: JobContext) -> None:
-            arrival(job.chain_id).set_result(time.perf_counter())
+        probe = WakeProbe()
+        arrival, completion = probe.arrival, probe.completion
+        handler, on_event = probe.handler, probe.on_event
 
         latencies = []
         try:

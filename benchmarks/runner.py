@@ -44,14 +44,15 @@ class Results:
         return {name: statistics.median(run[name] for run in runs) for name in runs[0]}
 
     def ratio(self, numerator: str, denominator: str) -> Figures:
-        """Median over rounds of ``numerator / denominator`` per figure, pairing round i
-        of one with round i of the other (they ran back to back)."""
+        """Median over rounds of ``numerator / denominator`` per figure both report,
+        pairing round i of one with round i of the other (they ran back to back)."""
         pairs = list(zip(self.rounds[numerator], self.rounds[denominator], strict=True))
         return {
             name: statistics.median(
                 top[name] / bottom[name] if bottom[name] else math.inf for top, bottom in pairs
             )
             for name in pairs[0][0]
+            if name in pairs[0][1]
         }
 
 

@@ -41,6 +41,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     stacks.add_stack_arguments(parser)
 
 
+class WakeProbe:
+    """When each chain's handler started and when its job completed, for a wake-latency
+    loop: pass :meth:`handler` and :meth:`on_event` to a worker of one job type, then
+    await :meth:`arrival` and :meth:`completion` of each chain started. Each future is
+    created by whichever side gets there first (the handler can start before
+    ``start_chain`` has returned)."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._arrivals: dict[str, asyncio.Future[float]] = {}
+        self._completions: dict[str, asyncio.Future[None]] = {}
+
+    def arrival(self, chain_id: str) -> asyncio.Future[float]:
+        """When the chain's handler started (``time.perf_counter()``)."""
+        return self._arrivals.setdefault(chain_id, self._loop.create_future())
+
+    def completion(self, chain_id: str) -> asyncio.Future[None]:
+        """Done once the chain's job completed."""
+        return self._completions.setdefault(chain_id, self._loop.create_future())
+
+    def on_event(self, event: WorkerEvent) -> None:
+        if event.kind == "completed" and event.chain_id is not None:
+            self.completion(event.chain_id).set_result(None)
+
+    async def handler(self, job: Job, ctx: JobContext) -> None:
+        self.arrival(job.chain_id).set_result(time.perf_counter())
+
+
 def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> runner.Variant:
     polling_only = notify_kind == "noop"
     samples = args.noop_samples if polling_only else args.samples
@@ -50,25 +78,9 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
     max_gap = args.min_gap + poll_interval if polling_only else args.max_gap
 
     async def one_round() -> runner.Figures:
-        loop = asyncio.get_running_loop()
-        # chain id -> when its handler started; created by whichever side gets there
-        # first (the handler can start before start_chain has returned).
-        arrivals: dict[str, asyncio.Future[float]] = {}
-
-        completions: dict[str, asyncio.Future[None]] = {}
-
-        def arrival(chain_id: str) -> asyncio.Future[float]:
-            return arrivals.setdefault(chain_id, loop.create_future())
-
-        def completion(chain_id: str) -> asyncio.Future[None]:
-            return completions.setdefault(chain_id, loop.create_future())
-
-        def on_event(event: WorkerEvent) -> None:
-            if event.kind == "completed" and event.chain_id is not None:
-                completion(event.chain_id).set_result(None)
-
-        async def handler(job: Job, ctx: JobContext) -> None:
-            arrival(job.chain_id).set_result(time.perf_counter())
+        probe = WakeProbe()
+        arrival, completion = probe.arrival, probe.completion
+        handler, on_event = probe.handler, probe.on_event
 
         async with stacks.open_stack(state_kind, notify_kind, args) as stack:
             worker = Worker(

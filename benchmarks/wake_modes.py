@@ -32,6 +32,7 @@ from contextlib import AsyncExitStack
 from redis.asyncio import Redis
 
 from benchmarks import herd, runner, stacks
+from benchmarks.wake_latency import WakeProbe
 from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.client.client import Client
 from queuert_notify.events import WorkerEvent
@@ -66,22 +67,9 @@ def _named(url: str, name: str) -> str:
 
 
 async def _latency(stack: stacks.Stack, wake: WakeMode, args: argparse.Namespace) -> runner.Figures:
-    loop = asyncio.get_running_loop()
-    arrivals: dict[str, asyncio.Future[float]] = {}
-    completions: dict[str, asyncio.Future[None]] = {}
-
-    def arrival(chain_id: str) -> asyncio.Future[float]:
-        return arrivals.setdefault(chain_id, loop.create_future())
-
-    def completion(chain_id: str) -> asyncio.Future[None]:
-        return completions.setdefault(chain_id, loop.create_future())
-
-    def on_event(event: WorkerEvent) -> None:
-        if event.kind == "completed" and event.chain_id is not None:
-            completion(event.chain_id).set_result(None)
-
-    async def handler(job: Job, ctx: JobContext) -> None:
-        arrival(job.chain_id).set_result(time.perf_counter())
+    probe = WakeProbe()
+    arrival, completion = probe.arrival, probe.completion
+    handler, on_event = probe.handler, probe.on_event
 
     latencies = []
     notify = RedisNotifyAdapter(stack.args.redis_url, prefix=stack.prefix, wake=wake)

@@ -9,7 +9,10 @@ Contract used by the client, the worker and the state adapter::
     await wait_for_notifications()     # every committed change's notifications were sent
 
 A ``Publisher`` is anything with the three notify methods below: every
-``queuert_notify`` notify adapter is one. Transactions of the caller's own attach
+``queuert_notify`` notify adapter is one. One that also has
+``notify_signals(chain_ids, job_ids)`` (what ``notify_chain_completed`` for each chain
+then ``notify_job_ownership_lost`` for each job send, in one transport call) gets those
+in one call per flush. Transactions of the caller's own attach
 their buffer with :func:`state_adapters.transactions.after_commit.buffer_for_transaction`.
 """
 
@@ -132,6 +135,13 @@ class NotificationBuffer:
         self.clear()
         if counts:
             await _send(notify, "notify_jobs_scheduled", notify.notify_jobs_scheduled(counts))
+        if not chains and not jobs:
+            return
+        signals = getattr(notify, "notify_signals", None)
+        if signals is not None:
+            # One call for all: no task, no future per chain completed.
+            await _send(notify, "notify_signals", signals(chains, jobs))
+            return
         # Started together, in order: an adapter that batches what is published in one
         # turn of the event loop (the shipped transports do) sends them in one round
         # trip instead of one per chain.

@@ -18,7 +18,7 @@ from queuert_notify.cli import main
 from queuert_notify.errors import ConfigurationError
 from state_adapters import SqlAlchemyStateAdapter, make_metadata
 from tests.support import queue_helpers
-from tests.support.queue_helpers import STATE_KINDS, head_revision
+from tests.support.queue_helpers import DATABASES, head_revision
 from tests.test_state_migrations import _notes, _start
 
 MODELS = """
@@ -89,7 +89,7 @@ def include_name(name, type_, parent_names):
 
 
 pytest_plugins = ["tests.support.queue_fixtures"]
-pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+pytestmark = pytest.mark.parametrize("state_kind", DATABASES, indirect=True)
 
 
 def _project(tmp_path: Path, database_url: str, prefix: str, recipe: str) -> Path:

@@ -46,11 +46,14 @@ from state_adapters.notifications import wait_for_notifications
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from state_adapters.validation import MAX_DEDUP_KEY_LENGTH, MAX_JSON_DEPTH, MAX_TYPE_NAME_LENGTH
 from tests.support.json_values import same_json
-from tests.support.queue_helpers import STATE_KINDS, delete_notify_state
+from tests.support.queue_helpers import DATABASES, STATE_KINDS, delete_notify_state
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
-both_databases = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+# Values bound and errors translated are the driver's: every driver. Checks made before
+# any statement: SQLite and Postgres.
+every_driver = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+both_databases = pytest.mark.parametrize("state_kind", DATABASES, indirect=True)
 on_postgres = pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
 """The strictest database: what it accepts, SQLite accepts too."""
 
@@ -120,7 +123,7 @@ async def test_unstorable_input_is_refused_and_no_table_changes(
     assert await _snapshot(state) == before
 
 
-@both_databases
+@every_driver
 @pytest.mark.parametrize(("value", "message"), UNSTORABLE[:3] + UNSTORABLE[8:10])
 async def test_unstorable_output_from_application_code_is_refused(
     client: Client, state: SqlAlchemyStateAdapter, value: Any, message: str
@@ -159,7 +162,7 @@ async def test_reads_and_chain_actions_with_an_unusable_id_or_name_touch_no_data
     assert statements == []
 
 
-@both_databases
+@every_driver
 async def test_the_largest_accepted_values_round_trip_unchanged(client: Client) -> None:
     """The limits are where the databases' limits are, not lower: everything just
     inside them is stored and read back equal."""
@@ -231,7 +234,7 @@ async def test_one_bad_spec_in_a_batch_writes_nothing_and_publishes_nothing(
     assert heard.calls == []
 
 
-@both_databases
+@every_driver
 async def test_an_unknown_blocker_in_a_batch_writes_nothing(
     client: Client, state: SqlAlchemyStateAdapter
 ) -> None:
@@ -306,7 +309,7 @@ async def test_unstorable_output_fails_its_chain_at_once_and_nothing_else(
     assert error in (done.last_job.last_error or "")
 
 
-@both_databases
+@every_driver
 async def test_unstorable_output_on_the_last_attempt_fails_the_chain_cleanly(
     client: Client,
 ) -> None:

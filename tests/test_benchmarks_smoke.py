@@ -54,10 +54,10 @@ async def test_notify_overhead_reports_every_adapter_the_ratios_and_listener_mem
         [
             "notify-overhead",
             "--rounds=1",
-            "--samples=20",
-            "--messages=200",
-            "--hint-pairs=50",
-            "--listeners=200",
+            "--samples=5",
+            "--messages=50",
+            "--hint-pairs=10",
+            "--listeners=20",
             f"--redis-url={redis_url}",
             f"--postgres-url={postgres_url}",
             f"--nats-url={nats_url}",
@@ -431,9 +431,9 @@ async def test_dashboard_write_cost_compares_with_and_without_its_indexes() -> N
 async def test_peers_runs_every_workload_for_ours_and_the_floors(
     redis_url: str, postgres_url: str, nats_url: str
 ) -> None:
-    # Ours only: the peers' side needs a virtualenv installed from PyPI (network, and
-    # about a minute the first time), which CI cannot count on; their drivers run in
-    # `python -m benchmarks peers` itself (docs/benchmarks.md).
+    # Ours only: the peers' sides need virtualenvs installed from PyPI (network, a
+    # minute or two the first time, and Python 3.12 for Oban), which CI cannot count on;
+    # their drivers run in `python -m benchmarks peers` itself (docs/benchmarks.md).
     report = await run_benchmark(
         [
             "peers",
@@ -462,8 +462,11 @@ async def test_peers_runs_every_workload_for_ours_and_the_floors(
         "100/tx jobs/s",
         "p99 ms",
         "enqueue call p50 ms",
+        "commit → handler p50 ms",
         "jobs/s",
         "queue CPU %",
+        "queue CPU µs/job",
+        "Postgres CPU µs/job",
     ):
         assert column in report
 
@@ -488,11 +491,18 @@ async def test_claim_plan_compares_a_never_analyzed_table_with_an_analyzed_one(
     postgres_url: str,
 ) -> None:
     report = await run_benchmark(
-        ["claim-plan", "--rounds=1", "--jobs=200", f"--postgres-url={postgres_url}"]
+        [
+            "claim-plan",
+            "--rounds=1",
+            "--jobs=200",
+            "--explains=3",
+            f"--postgres-url={postgres_url}",
+        ]
     )
 
     assert "| never analyzed |" in report and "| analyzed |" in report
     assert "never analyzed / analyzed, jobs/s:" in report
+    assert "claim server µs/job" in report
 
 
 async def test_held_horizon_reports_each_phase_and_the_health_report_at_the_worst_moment(
@@ -501,9 +511,12 @@ async def test_held_horizon_reports_each_phase_and_the_health_report_at_the_wors
     report = await run_benchmark(
         [
             "held-horizon",
-            "--duration=14",
+            # The report comes 4 s into the hold (by the server's clock), twice the
+            # age at which it names the snapshot.
+            "--duration=7",
             "--hold-at=1",
-            "--hold-for=12",
+            "--hold-for=5",
+            "--horizon-age=2",
             "--rate=50",
             f"--postgres-url={postgres_url}",
         ]

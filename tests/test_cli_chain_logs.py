@@ -15,11 +15,11 @@ from queuert_notify.cli import main
 from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
-from tests.support.queue_helpers import STATE_KINDS
+from tests.support.queue_helpers import DATABASES
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
-pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+pytestmark = pytest.mark.parametrize("state_kind", DATABASES, indirect=True)
 
 
 async def _next_line(stream: asyncio.StreamReader) -> dict[str, Any]:

@@ -12,11 +12,11 @@ from queuert_notify.client.client import Client
 from queuert_notify.errors import ChainNotFoundError, InvalidInputError
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
-from tests.support.queue_helpers import STATE_KINDS
+from tests.support.queue_helpers import DATABASES
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
-pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+pytestmark = pytest.mark.parametrize("state_kind", DATABASES, indirect=True)
 
 
 def _no_wait(attempt: int) -> float:

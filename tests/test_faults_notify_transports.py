@@ -18,7 +18,7 @@ from queuert_notify import Client, NatsNotifyAdapter, PostgresNotifyAdapter, Wor
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.testing import Recorder
-from tests.support.queue_helpers import all_but_the_slowest, wait_until
+from tests.support.queue_helpers import ClaimPasses, all_but_the_slowest, wait_until
 from tests.support.services import OwnServer
 from tests.test_postgres_notify import libpq_dsn, listener_backends
 
@@ -77,7 +77,8 @@ async def test_after_the_transport_breaks_an_idle_worker_polls_at_once_and_wakes
         started[job.chain_id] = time.perf_counter()
 
     worker_notify = transport.make()
-    worker_client = Client(state=state, notify=worker_notify)
+    passes = ClaimPasses(state)
+    worker_client = Client(state=passes, notify=worker_notify)
     client = Client(state=state, notify=transport.make())
     # lease=120: the reaper, too, wakes the worker only every 60 s.
     worker = Worker(worker_client, {"ping": ping}, poll_interval=60, lease=120)
@@ -96,7 +97,7 @@ async def test_after_the_transport_breaks_an_idle_worker_polls_at_once_and_wakes
         # so only the reconnect can run what is started during the outage.
         warm_up = await client.start_chain("ping")
         await client.await_chain(warm_up.id, timeout=5)
-        await asyncio.sleep(0.5)
+        await wait_until(passes.idle)
         await transport.break_()
         during = await client.start_chain("ping")  # its wakeup is lost or refused
         if transport.outage:

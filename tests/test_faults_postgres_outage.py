@@ -60,7 +60,10 @@ async def test_jobs_in_flight_through_a_refusing_database_run_once_and_client_ca
         await asyncio.sleep(0.5)  # still running when the database goes away
         return {"n": job.input["n"]}
 
-    async with Client(state=state, notify=InProcessNotifyAdapter()) as client:
+    # The calls below wait out the outage; the 5 s default wait would leave a stalled
+    # machine no room between the outage's start and the check that they still wait.
+    notify = InProcessNotifyAdapter()
+    async with Client(state=state, notify=notify, database_timeout=60) as client:
         specs = [ChainSpec(type_name="work", input={"n": n}) for n in range(32)]
         chains = [c.id for c in await client.start_chains(specs)]
         worker = Worker(

@@ -186,7 +186,12 @@ async def test_close_while_a_master_is_down_is_prompt_and_leaves_no_task(
     before = asyncio.all_tasks()
     doomed = cluster.masters()[0]
     replica = cluster.replica_of(doomed)
-    adapter = RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True, close_timeout=5.0)
+    # Waits a close must not make: the close timeout, and the reconciler's wait for a
+    # subscription's confirmation (the connect timeout). Both long, so that the bound
+    # below leaves a stalled machine room and still tells a prompt close from a wait.
+    adapter = RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, close_timeout=30.0, connect_timeout=30.0
+    )
     await adapter.connect()
     reconnects = Recorder()
     adapter.on_reconnect(reconnects)
@@ -200,7 +205,7 @@ async def test_close_while_a_master_is_down_is_prompt_and_leaves_no_task(
     started = loop.time()
     await adapter.close()
 
-    assert loop.time() - started < 4.0  # not the 5 s close_timeout; room for a stall
+    assert loop.time() - started < 10.0  # not a 30 s wait; room for a stall
     assert asyncio.all_tasks() == before
     await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
 

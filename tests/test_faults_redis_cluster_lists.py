@@ -140,8 +140,11 @@ async def test_close_while_a_master_is_down_is_bounded_and_leaves_no_task(
     before = asyncio.all_tasks()
     doomed = cluster.masters()[0]
     replica = cluster.replica_of(doomed)
+    # Long enough that the orderly close (a loop's stop grace, the give-back, an unblock:
+    # about 3.5 s at worst) ends within it on a stalled machine too; the bound below
+    # still holds the close to it.
     consumer = RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, wake="lists", close_timeout=3.0
+        cluster.url, prefix=prefix, cluster=True, wake="lists", close_timeout=8.0
     )
     await consumer.connect()
     reconnects = Recorder()
@@ -155,6 +158,6 @@ async def test_close_while_a_master_is_down_is_bounded_and_leaves_no_task(
     started = loop.time()
     await consumer.close()
 
-    assert loop.time() - started < 3.0 + 2.5  # close_timeout, and room for a stalled machine
+    assert loop.time() - started < 8.0 + 2.5  # close_timeout, and room for a stalled machine
     assert asyncio.all_tasks() == before
     await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)

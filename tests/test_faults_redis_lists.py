@@ -24,7 +24,7 @@ from queuert_notify.notify.redis.shared import (
     processing_key,
     token_list_key,
 )
-from tests.support.queue_helpers import CountingState, wait_until
+from tests.support.queue_helpers import ClaimPasses, CountingState, wait_until
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.services import OwnServer
 from tests.support.worker_processes import WorkerProcesses
@@ -33,25 +33,6 @@ pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_
 
 CONSUMER_TIMEOUT = 3.0
 """Of the killed worker: long enough for the live one to start and go idle first."""
-
-
-class ClaimPassSeen:
-    """The real state adapter, noting when a worker's claim pass has ended: its last
-    query (``next_due_at``, which sets the idle sleep) has answered. A job committed
-    while that query runs could be found by it and claimed without any wakeup."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.idle = asyncio.Event()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def next_due_at(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await self._inner.next_due_at(*args, **kwargs)
-        finally:
-            self.idle.set()
 
 
 @dataclass
@@ -132,7 +113,7 @@ async def test_a_worker_killed_holding_a_token_gives_it_back_and_another_worker_
     # A live worker (60 s poll) makes its start-up claim and goes idle; then a job
     # appears with no wakeup of its own: only the dead worker's token can wake it.
     notify = where.notify(prefix, consumer_timeout=1)
-    watched = ClaimPassSeen(state)
+    watched = ClaimPasses(state)
     done = asyncio.Event()
 
     async def effect(job: Job, ctx: JobContext) -> None:
@@ -149,7 +130,7 @@ async def test_a_worker_killed_holding_a_token_gives_it_back_and_another_worker_
 
         await wait_until(two_consumers)
         # Its start-up claim is over: it cannot find the job below by itself.
-        await asyncio.wait_for(watched.idle.wait(), timeout=10)
+        await wait_until(watched.idle, timeout=10)
         await silent.start_chain("effect")
         assert await admin.llen(held) == 1, "the dead worker's token was returned too early"
         # Returned after the dead consumer's timeout plus a heartbeat, long before the
@@ -217,14 +198,16 @@ async def test_a_burst_of_1000_jobs_for_32_idle_workers_costs_at_most_1_05_claim
         producer = await stack.enter_async_context(
             Client(state=state, notify=RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists"))
         )
-        states = [CountingState(state) for _ in range(crowd)]
+        passes = [ClaimPasses(state) for _ in range(crowd)]
+        states = [CountingState(watched) for watched in passes]
         for counting in states:
             notify = RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists")
             client = await stack.enter_async_context(Client(state=counting, notify=notify))
             await stack.enter_async_context(
                 Worker(client, {"burst": noop}, concurrency=1, poll_interval=60)
             )
-        await wait_until(lambda: all(s.calls.get("next_due_at", 0) for s in states))
+        # Every start-up claim pass is over (see ClaimPasses).
+        await wait_until(lambda: all(watched.idle() for watched in passes))
         for counting in states:
             counting.calls.clear()
 

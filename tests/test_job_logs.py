@@ -17,11 +17,14 @@ from queuert_notify import JobLogHandler
 from queuert_notify.client.client import Client
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
-from tests.support.queue_helpers import STATE_KINDS, other_tasks, wait_until
+from tests.support.queue_helpers import DATABASES, STATE_KINDS, other_tasks, wait_until
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
-pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+# What a database can store of a line is the driver's business: every driver. The
+# worker's keeping of lines lies above it: SQLite and Postgres.
+every_driver = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+both_databases = pytest.mark.parametrize("state_kind", DATABASES, indirect=True)
 
 app_logger = logging.getLogger("tests.job_logs.app")
 
@@ -35,6 +38,7 @@ def job_log_handler() -> AsyncIterator[JobLogHandler]:
     app_logger.removeHandler(handler)
 
 
+@both_databases
 async def test_lines_are_kept_per_attempt_across_a_retry(
     client: Client, job_log_handler: JobLogHandler
 ) -> None:
@@ -64,6 +68,7 @@ async def test_lines_are_kept_per_attempt_across_a_retry(
     assert [(line.attempt, line.seq) for line in later] == [(2, 1), (2, 2)]
 
 
+@both_databases
 async def test_a_plain_def_handler_logs_from_its_thread(
     client: Client, job_log_handler: JobLogHandler
 ) -> None:
@@ -78,6 +83,7 @@ async def test_a_plain_def_handler_logs_from_its_thread(
     assert messages == ["from the thread", "logged in the thread"]
 
 
+@both_databases
 async def test_an_atomic_attempt_that_fails_keeps_its_lines(
     client: Client, engine: Any, table_prefix: str
 ) -> None:
@@ -101,6 +107,7 @@ async def test_an_atomic_attempt_that_fails_keeps_its_lines(
     ]
 
 
+@both_databases
 async def test_lines_past_the_bound_are_counted_and_dropped_with_a_marker(
     client: Client,
 ) -> None:
@@ -131,6 +138,7 @@ async def test_lines_past_the_bound_are_counted_and_dropped_with_a_marker(
     assert wide_lines[-1].message.startswith("7 lines dropped")
 
 
+@both_databases
 async def test_lines_of_a_running_job_are_written_before_it_ends(client: Client) -> None:
     release = asyncio.Event()
 
@@ -153,6 +161,7 @@ async def test_lines_of_a_running_job_are_written_before_it_ends(client: Client)
     assert not [t for t in other_tasks() if t.get_name() == "queuert-job-log-writer"]
 
 
+@both_databases
 async def test_retention_and_delete_chain_remove_the_lines(client: Client) -> None:
     async def logs(job: Job, ctx: JobContext) -> Any:
         ctx.log("first job")
@@ -177,6 +186,7 @@ async def test_retention_and_delete_chain_remove_the_lines(client: Client) -> No
         assert await client.job_logs(job_id) == []
 
 
+@both_databases
 async def test_a_sync_client_reads_the_lines_too(
     client: Client, sync_engine: Any, table_prefix: str
 ) -> None:
@@ -202,6 +212,7 @@ async def test_a_sync_client_reads_the_lines_too(
     assert [line.message for line in later] == ["two"]
 
 
+@every_driver
 async def test_a_line_no_database_can_store_as_given_never_fails_the_completion(
     client: Client,
 ) -> None:

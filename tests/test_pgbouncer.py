@@ -41,7 +41,7 @@ from queuert_notify.testing import run_until_idle
 from state_adapters import SqlAlchemyStateAdapter
 from tests.support.e2e_app import effects_table
 from tests.support.pgbouncer import Bouncer, own_pgbouncer
-from tests.support.queue_helpers import CountingState, drop_tables, wait_until
+from tests.support.queue_helpers import ClaimPasses, drop_tables, wait_until
 from tests.support.redis_helpers import delete_prefix
 from tests.support.worker_processes import WorkerProcesses
 
@@ -251,7 +251,7 @@ async def test_a_worker_behind_pgbouncer_is_woken_by_redis_before_its_poll(
 ) -> None:
     state = SqlAlchemyStateAdapter(pooled, table_prefix=f"{prefix}_")
     await state.migrate()
-    counting = CountingState(state)
+    passes = ClaimPasses(state)
     ran: list[str] = []
 
     async def handler(job: Any, ctx: Any) -> None:
@@ -261,12 +261,13 @@ async def test_a_worker_behind_pgbouncer_is_woken_by_redis_before_its_poll(
     producer_notify = RedisNotifyAdapter(redis_url, prefix=prefix, wake=wake)
     try:
         async with (
-            Client(state=counting, notify=notify) as client,
+            Client(state=passes, notify=notify) as client,
             Client(state=state, notify=producer_notify) as producer,
             Worker(client, {"t": handler}, poll_interval=60.0),
         ):
-            await wait_until(lambda: counting.calls.get("acquire", 0) >= 1, timeout=30)
-            # Its first poll found nothing: only a wakeup brings the job before 60 s.
+            await wait_until(passes.idle, timeout=30)
+            # Its first poll found nothing and is over: only a wakeup brings the job
+            # before 60 s.
             chain = await producer.start_chain("t")
             done = await producer.await_chain(chain.id, timeout=30)
             assert done.status == "completed"

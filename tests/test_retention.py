@@ -14,11 +14,11 @@ from queuert_notify import ChainNotFoundError, Client, InvalidInputError, Worker
 from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.testing import run_until_idle
-from tests.support.queue_helpers import STATE_KINDS, wait_until
+from tests.support.queue_helpers import DATABASES, wait_until
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
-pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+pytestmark = pytest.mark.parametrize("state_kind", DATABASES, indirect=True)
 
 OLD = 1200
 

@@ -15,7 +15,7 @@ pytest_plugins = ["tests.support.queue_fixtures"]
 
 pytestmark = pytest.mark.parametrize(
     ("state_kind", "notify_kind"),
-    [("sqlite", "in_process"), ("postgres", "redis"), ("asyncpg", "redis")],
+    [("sqlite", "in_process"), ("postgres", "redis")],
     indirect=True,
 )
 

@@ -13,11 +13,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from queuert_notify import Client, Schedule, Worker
 from queuert_notify.jobs import Job, JobContext
-from tests.support.queue_helpers import STATE_KINDS, wait_until
+from tests.support.queue_helpers import DATABASES, wait_until
 
 pytest_plugins = ["tests.support.queue_fixtures"]
 
-pytestmark = pytest.mark.parametrize("state_kind", STATE_KINDS, indirect=True)
+pytestmark = pytest.mark.parametrize("state_kind", DATABASES, indirect=True)
 
 HOURLY = Schedule("hourly", "report", every=timedelta(hours=1), input={"kind": "hourly"})
 

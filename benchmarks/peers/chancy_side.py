@@ -9,6 +9,9 @@ process), and, for drains only, ``eager_polling=True`` ("poll immediately
 after a job completes", for queues with a backlog; without it a drain waits
 for the 5 s poll between fetches and ran at about 40 jobs/s here).
 ``Chancy.push`` enqueues in a transaction of its own.
+Two configurations (``--config``): ``defaults``, the queue's default
+concurrency (``concurrency=None``: the ``AsyncExecutor``'s default, 100);
+``matched``, ``concurrency=N``.
 Chancy has no drain mode: the worker runs until the database shows every
 job ``succeeded`` (checked every 20 ms; chancy writes job results in batches
 about once a second, which is part of what a user waits for).
@@ -42,8 +45,9 @@ async def noop() -> None:
 
 
 class ChancySide:
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, config: str) -> None:
         self.dsn = dsn
+        self.config = config
         self.chancy = Chancy(dsn)
 
     async def setup(self) -> None:
@@ -57,7 +61,7 @@ class ChancySide:
         await self.chancy.declare(
             Queue(
                 _QUEUE,
-                concurrency=concurrency,
+                concurrency=None if self.config == "defaults" else concurrency,
                 executor=_ASYNC_EXECUTOR,
                 eager_polling=eager_polling,
             ),
@@ -106,7 +110,7 @@ class ChancySide:
 
 
 def _side(args: argparse.Namespace) -> ChancySide:
-    return ChancySide(args.dsn)
+    return ChancySide(args.dsn, args.config)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,17 @@ Configuration, as pgqueuer's README sets it up: the asyncpg driver
 (``AsyncpgDriver``, one connection for the producer, one for the worker's
 ``QueueManager``), the schema of ``pgq install`` (its insert trigger sends the
 LISTEN/NOTIFY wakeup the worker waits on), ``Queries.enqueue`` on an
-autocommit connection (one statement: its own transaction). Concurrency N is
-``max_concurrent_tasks=N`` with ``batch_size=N // 2`` (pgqueuer requires the
-cap to be at least twice the batch); drains use ``mode=drain``, which returns
-once the queue is empty and the completion log is flushed.
+autocommit connection (one statement: its own transaction); drains use
+``mode=drain``, which returns once the queue is empty and the completion log
+is flushed.
+
+Two configurations (``--config``) of the worker (``QueueManager.run``):
+
+- ``defaults``: its defaults, ``batch_size=10`` and no ``max_concurrent_tasks``
+  (no cap on running jobs): the one its README runs;
+- ``matched``: concurrency N as ``max_concurrent_tasks=N`` with
+  ``batch_size=N // 2`` (pgqueuer requires the cap to be at least twice the
+  batch).
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ _FILL_BATCH = 1000
 
 
 class PgqueuerSide:
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, config: str) -> None:
         self.dsn = dsn
+        self.config = config
         self.connections: list[asyncpg.Connection] = []
 
     async def _connect(self) -> asyncpg.Connection:
@@ -65,23 +73,25 @@ class PgqueuerSide:
 
         manager = await self._manager(noop)
         started = asyncio.get_running_loop().time()
-        await manager.run(
-            batch_size=max(1, concurrency // 2),
-            max_concurrent_tasks=concurrency,
-            mode=QueueExecutionMode.drain,
-        )
+        await manager.run(**self._limits(concurrency), mode=QueueExecutionMode.drain)
         seconds = asyncio.get_running_loop().time() - started
         left = await self.connections[0].fetchval("SELECT count(*) FROM pgqueuer")
         if left:
             raise RuntimeError(f"pgqueuer drain returned with {left} jobs left")
         return seconds
 
+    def _limits(self, concurrency: int) -> dict[str, int]:
+        if self.config == "defaults":
+            return {}
+        half = max(1, concurrency // 2)
+        return {"batch_size": half, "max_concurrent_tasks": 2 * half}
+
     async def start_idle_worker(self, arrival: workloads.Arrival) -> Callable[[], Awaitable[None]]:
         async def handler(job: Job) -> None:
             arrival()
 
         manager = await self._manager(handler)
-        task = asyncio.create_task(manager.run(batch_size=1, max_concurrent_tasks=2))
+        task = asyncio.create_task(manager.run(**self._limits(1)))
 
         async def stop() -> None:
             manager.shutdown.set()
@@ -91,7 +101,7 @@ class PgqueuerSide:
 
 
 def _side(args: argparse.Namespace) -> PgqueuerSide:
-    return PgqueuerSide(args.dsn)
+    return PgqueuerSide(args.dsn, args.config)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,12 @@ Configuration, as procrastinate's quickstart sets it up: ``PsycopgConnector``
 (psycopg 3 with its connection pool), the schema of ``apply_schema_async``,
 ``Task.defer_async`` (one ``procrastinate_defer_jobs_v1`` call on an
 autocommit connection: its own transaction), a worker with its defaults
-(``listen_notify=True``: woken by the NOTIFY its defer trigger sends) at
-``concurrency=N``; drains use ``wait=False``, which returns once the queue is
-caught up, every job's status written.
+(``listen_notify=True``: woken by the NOTIFY its defer trigger sends); drains
+use ``wait=False``, which returns once the queue is caught up, every job's
+status written.
+
+Two configurations (``--config``): ``defaults``, the worker's default
+``concurrency=1``; ``matched``, ``concurrency=N``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ _FILL_BATCH = 1000
 
 
 class ProcrastinateSide:
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, config: str) -> None:
+        self.config = config
         self.app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
         self.arrival: workloads.Arrival = lambda: None
 
@@ -54,7 +58,7 @@ class ProcrastinateSide:
     async def drain(self, jobs: int, concurrency: int) -> float:
         started = asyncio.get_running_loop().time()
         await self.app.run_worker_async(
-            concurrency=concurrency, wait=False, install_signal_handlers=False
+            **self._concurrency(concurrency), wait=False, install_signal_handlers=False
         )
         seconds = asyncio.get_running_loop().time() - started
         async with self.app.connector.pool.connection() as conn:  # type: ignore[attr-defined]
@@ -66,10 +70,13 @@ class ProcrastinateSide:
             raise RuntimeError(f"procrastinate drain returned with {row[0]} jobs left")
         return seconds
 
+    def _concurrency(self, concurrency: int) -> dict[str, int]:
+        return {} if self.config == "defaults" else {"concurrency": concurrency}
+
     async def start_idle_worker(self, arrival: workloads.Arrival) -> Callable[[], Awaitable[None]]:
         self.arrival = arrival
         task = asyncio.create_task(
-            self.app.run_worker_async(concurrency=1, install_signal_handlers=False)
+            self.app.run_worker_async(**self._concurrency(1), install_signal_handlers=False)
         )
 
         async def stop() -> None:
@@ -80,7 +87,7 @@ class ProcrastinateSide:
 
 
 def _side(args: argparse.Namespace) -> ProcrastinateSide:
-    return ProcrastinateSide(args.dsn)
+    return ProcrastinateSide(args.dsn, args.config)
 
 
 if __name__ == "__main__":

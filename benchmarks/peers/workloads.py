@@ -23,7 +23,9 @@ import random
 import resource
 import sys
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Protocol
 
 Arrival = Callable[[], None]
@@ -103,8 +105,10 @@ async def wake_workload(
 ) -> dict[str, float]:
     """An idle worker; a job enqueued after a random gap; latency from the start of the
     enqueue call to the handler's first line. The next gap starts once the handler
-    ran, so every job finds the worker idle. Also the enqueue call's own p50 (its
-    commit, in the same idle conditions): the part of the latency no wakeup can save."""
+    ran, so every job finds the worker idle. The latency splits in two: the enqueue
+    call's own p50 (its commit, in the same idle conditions: the part no wakeup can
+    save) and the p50 from the call's return (the commit) to the handler: the wakeup,
+    the claim and the dispatch."""
     loop = asyncio.get_running_loop()
     waiting: list[asyncio.Future[float]] = []
 
@@ -116,6 +120,7 @@ async def wake_workload(
     stop = await side.start_idle_worker(arrival)
     latencies = []
     enqueues = []
+    wakeups = []
     try:
         await asyncio.sleep(0.5)  # past the worker's start-up and first poll: it is idle
         for _ in range(samples):
@@ -124,13 +129,19 @@ async def wake_workload(
             waiting.append(future)
             started = time.perf_counter()
             await side.enqueue()
-            enqueues.append(time.perf_counter() - started)
+            committed = time.perf_counter()
+            enqueues.append(committed - started)
             async with asyncio.timeout(30):
                 arrived = await future
             latencies.append(arrived - started)
+            wakeups.append(arrived - committed)
     finally:
         await stop()
-    return {**percentiles(latencies), "enqueue call p50 ms": percentiles(enqueues)["p50 ms"]}
+    return {
+        **percentiles(latencies),
+        "enqueue call p50 ms": percentiles(enqueues)["p50 ms"],
+        "commit → handler p50 ms": percentiles(wakeups)["p50 ms"],
+    }
 
 
 def _settle(waiting: list[asyncio.Future[float]], now: float) -> None:
@@ -140,25 +151,39 @@ def _settle(waiting: list[asyncio.Future[float]], now: float) -> None:
             future.set_result(now)
 
 
-async def drain_workload(side: Side, jobs: int, concurrency: int) -> dict[str, float]:
-    """Fill ``jobs`` no-op jobs, then time one worker draining them. Also the CPU split
-    over the whole drain call (start-up and shut-down included): what this process and
-    its children used (the queue's side) and what the whole machine used (the database,
-    the queue and anything else running), in % of one core."""
+async def drain_workload(
+    side: Side, jobs: int, concurrency: int, database: str
+) -> dict[str, float]:
+    """Fill ``jobs`` no-op jobs, then time one worker draining them. Also the CPU over
+    the whole drain call (start-up and shut-down included): what this process and its
+    children used (the queue's side), in % of one core and in µs per job; what the
+    Postgres backends serving ``database`` used, in µs per job (the database's side of
+    a job, whatever the queue's statements are; absent when the server is not on this
+    host); and what the whole machine used (the database, the queue and anything else
+    running), in % of one core."""
     await side.fill(jobs)
+    backends_before = _backend_cpu(database)
     queue_before, machine_before = _queue_cpu(), _machine_cpu()
     began = time.perf_counter()
     seconds = await side.drain(jobs, concurrency)
     wall = time.perf_counter() - began
     queue = _queue_cpu() - queue_before
+    backends = _backend_cpu(database)
     busy, total = (
         after - before for after, before in zip(_machine_cpu(), machine_before, strict=True)
     )
-    return {
+    figures = {
         "jobs/s": jobs / seconds,
         "queue CPU %": 100 * queue / wall,
-        "machine CPU %": 100 * (os.cpu_count() or 1) * busy / total if total else math.nan,
+        "queue CPU µs/job": 1e6 * queue / jobs,
     }
+    if backends:
+        # A backend that connected during the drain counts from its start; one that
+        # already ended is lost (pools keep theirs until the side closes).
+        used = sum(cpu - backends_before.get(pid, 0.0) for pid, cpu in backends.items())
+        figures["Postgres CPU µs/job"] = 1e6 * used / jobs
+    figures["machine CPU %"] = 100 * (os.cpu_count() or 1) * busy / total if total else math.nan
+    return figures
 
 
 def _queue_cpu() -> float:
@@ -166,6 +191,36 @@ def _queue_cpu() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _backend_cpu(database: str) -> dict[int, float]:
+    """CPU seconds of each Postgres backend on this host connected to ``database``, by
+    process id, from /proc (a backend's title is ``postgres: ... user database host``);
+    empty when there is none (a remote server, SQLite)."""
+    if not database:
+        return {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if not title.startswith("postgres: ") or f" {database} " not in title:
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+        # utime and stime: fields 14 and 15 of stat, 12 and 13 after the command name.
+        found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    return found
+
+
+def database_name(dsn: str) -> str:
+    """The database a libpq URL names (empty for a SQLite path)."""
+    if "://" not in dsn:
+        return ""
+    return urllib.parse.unquote(urllib.parse.urlsplit(dsn).path.lstrip("/"))
 
 
 def _machine_cpu() -> tuple[float, float]:
@@ -194,6 +249,13 @@ def parser(description: str) -> argparse.ArgumentParser:
     top.add_argument("--max-gap", type=float, default=0.050)
     top.add_argument("--jobs", type=int, default=10_000)
     top.add_argument("--concurrency", type=int, default=10)
+    top.add_argument(
+        "--config",
+        choices=("defaults", "matched"),
+        default="matched",
+        help="a peer's configuration: its documented defaults, or matched to ours at "
+        "--concurrency (each driver's docstring says what each means for it)",
+    )
     return top
 
 
@@ -207,7 +269,7 @@ async def run(side: Side, args: argparse.Namespace) -> dict[str, float]:
             return await batch_workload(side, args.batches, args.batch_size)
         if args.workload == "wake":
             return await wake_workload(side, args.samples, args.min_gap, args.max_gap)
-        return await drain_workload(side, args.jobs, args.concurrency)
+        return await drain_workload(side, args.jobs, args.concurrency, database_name(args.dsn))
     finally:
         await side.close()
 

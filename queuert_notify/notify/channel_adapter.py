@@ -135,6 +135,15 @@ class ChannelNotifyAdapter(ConnectOnEnter):
         # starts them in one turn): one round trip for all, see PublishBatch.
         await self._publish_one(self._message(self._chainc, "chain id", chain_id))
 
+    async def notify_signals(self, chain_ids: Sequence[str], job_ids: Sequence[str]) -> None:
+        """``notify_chain_completed`` for each chain, then ``notify_job_ownership_lost``
+        for each job, in one transport call (what a committed batch of completions owes:
+        ``NotificationBuffer.flush`` calls this instead of one call per chain)."""
+        messages = [self._message(self._chainc, "chain id", c) for c in chain_ids]
+        messages += [self._message(self._owls, "job id", j) for j in job_ids]
+        if messages:
+            await self._publish(messages)
+
     async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
         await self._ready()
         return await self._listener.add(self._channel(self._chainc, chain_id), [chain_id], callback)

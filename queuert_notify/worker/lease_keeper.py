@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from queuert_notify.errors import JobOwnershipLostError
-from queuert_notify.worker.job_run import JobRun
+from queuert_notify.worker.job_run import JobRun, Phase
 from state_adapters.protocol import StateAdapter
 
 logger = logging.getLogger(__name__)
@@ -17,8 +17,15 @@ RENEW_RETRY = 0.25
 """Seconds at most between a failed lease renewal and the next attempt."""
 
 
+def _leased(run: JobRun) -> bool:
+    """Whether ``run``'s lease is kept: its handler runs, or it waits to start (a job
+    claimed ahead of a free slot), and the lease was not lost."""
+    return run.lost_reason is None and run.phase is not Phase.WRITING
+
+
 class LeaseKeeper:
-    """Renews the lease of every running handler once a third of it has passed: one
+    """Renews the lease of every running handler, and of every job claimed ahead that
+    waits for a slot, once a third of it has passed: one
     task for the whole worker rather than a timer per job. A refused renewal cancels
     that handler; a failed one is retried at the next tick (a quarter of a second at
     most) until the lease expires: the pool replaces a dead connection at once, and a
@@ -30,7 +37,7 @@ class LeaseKeeper:
         self,
         state: StateAdapter,
         lease: float,
-        runs: Callable[[], Iterable[JobRun]],
+        runs: Iterable[JobRun],
         *,
         worker_id: str,
     ) -> None:
@@ -46,7 +53,7 @@ class LeaseKeeper:
         while True:
             await asyncio.sleep(tick)
             now = loop.time()
-            due = [run for run in self._runs() if run.in_handler and run.renew_at <= now]
+            due = [run for run in self._runs if _leased(run) and run.renew_at <= now]
             if due:
                 await asyncio.gather(*(self._renew(run) for run in due))
 

@@ -35,7 +35,11 @@ class WorkerSettings:
     than this (``None``: keep them) -- see docs/operations.md; ``startup_timeout``:
     seconds ``run()`` waits for a database that does not answer before its one-line
     ``ConfigurationError`` (see docs/workers.md); ``job_log_lines`` /
-    ``job_log_bytes``: ``ctx.log`` lines kept per attempt (docs/workers.md)."""
+    ``job_log_bytes``: ``ctx.log`` lines kept per attempt (docs/workers.md);
+    ``claim_ahead``: while a backlog drains (the last claim was full), a claim also takes
+    up to ``concurrency`` jobs ahead of the free slots, leased and renewed while they wait
+    in this worker -- fewer round trips and less CPU per short job, but jobs waiting here
+    are not run by an idle worker elsewhere, so leave it off for long jobs."""
 
     concurrency: int = 10
     poll_interval: float = 60.0
@@ -55,6 +59,7 @@ class WorkerSettings:
     startup_timeout: float = 30.0
     job_log_lines: int = DEFAULT_MAX_LINES
     job_log_bytes: int = DEFAULT_MAX_BYTES
+    claim_ahead: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int(self.concurrency, "concurrency")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Iterator
 
 from queuert_notify.worker.job_run import JobRun
@@ -16,15 +17,18 @@ class Slots:
 
     A run takes a slot when it is claimed (:meth:`take`) and gives it back once its
     handler finished (:meth:`release`): the next job starts while this one's outcome is
-    written. It stays among the runs until that write is done (:meth:`remove`). At most
-    ``concurrency`` handlers run, and at most ``3 * concurrency`` runs are held at once
-    (a batch of completions in flight and the next), so a slow database slows claiming
-    down instead of queueing completions without bound.
+    written. It stays among the runs until that write is done (:meth:`remove`). A run
+    claimed ahead of a free slot waits (:meth:`wait`, leased, its lease renewed) until
+    :meth:`next_waiting` gives it one, in claim order. At most ``concurrency`` handlers
+    run, and at most ``3 * concurrency`` runs are held at once (runs waiting, a batch
+    of completions in flight and the next), so a slow database slows claiming down
+    instead of queueing completions without bound.
     """
 
     def __init__(self, concurrency: int) -> None:
         self.concurrency = concurrency
         self._runs: dict[str, JobRun] = {}
+        self._waiting: deque[JobRun] = deque()
         self._busy = 0  # runs whose handler has not finished
         self.abandoned = 0
         """Runs given up on by :meth:`abandon_all` before they ended."""
@@ -33,10 +37,40 @@ class Slots:
         """Handlers that may start now."""
         return min(self.concurrency - self._busy, 3 * self.concurrency - len(self._runs))
 
+    @property
+    def waiting(self) -> int:
+        """Runs claimed ahead, waiting for a slot."""
+        return len(self._waiting)
+
+    def room_ahead(self) -> int:
+        """How many jobs a claim may take beyond the free slots, to wait for one: up to
+        ``concurrency`` wait, and room is made again once half of them started. One
+        claim's round trip then serves about ``concurrency`` runs, not just the slots
+        freed during the last one. A waiting run's lease is renewed (the lease keeper)
+        and fences its writes as a running one's."""
+        waiting = len(self._waiting)
+        return self.concurrency - waiting if waiting <= self.concurrency // 2 else 0
+
     def take(self, run: JobRun) -> None:
         """``run`` was claimed: it holds a slot until :meth:`release`."""
         self._runs[run.lease_token] = run
         self._busy += 1
+
+    def wait(self, run: JobRun) -> None:
+        """``run`` was claimed ahead of a free slot: it waits for :meth:`next_waiting`."""
+        self._runs[run.lease_token] = run
+        run.holds_slot = False
+        self._waiting.append(run)
+
+    def next_waiting(self) -> JobRun | None:
+        """The run that waited longest, now holding a slot (``None``: no run waits, or
+        no slot is free)."""
+        if not self._waiting or self.free() <= 0:
+            return None
+        run = self._waiting.popleft()
+        run.holds_slot = True
+        self._busy += 1
+        return run
 
     def release(self, run: JobRun) -> bool:
         """``run``'s handler finished: give its slot back (once). True when no slot was
@@ -72,8 +106,12 @@ class Slots:
 
     def abandon_all(self, reason: str) -> None:
         """The worker stops: every run keeps its lease until it expires, then runs again;
-        each one given up on is one WARNING line naming the job and its type."""
-        for run in list(self._runs.values()):
+        each one given up on (runs waiting for a slot too) is one WARNING line naming the
+        job and its type."""
+        for run in self._waiting:
+            self._runs.pop(run.lease_token, None)
+        waiting, self._waiting = list(self._waiting), deque()
+        for run in [*self._runs.values(), *waiting]:
             # An ended run waits only for its done callback to remove it.
             if not run.abandoned and (run.task is None or not run.task.done()):
                 self.abandoned += 1

@@ -54,8 +54,10 @@ class Worker:
     for it is fenced by the lease token; a worker never claims a type it has no
     handler for; at most ``concurrency`` handlers run at once; after ``stop()`` (or
     SIGTERM/SIGINT under ``run()`` in the main thread) it claims nothing new, lets
-    running handlers finish for up to ``drain_timeout`` seconds, cancels the rest
-    (their leases expire and the jobs are retried) and leaves no task behind.
+    running handlers and the jobs claimed ahead finish for up to ``drain_timeout``
+    seconds, cancels the rest (their leases expire and the jobs are retried) and leaves
+    no task behind. With ``claim_ahead`` (see :class:`WorkerSettings`) a claim during a
+    backlog also takes jobs ahead of the free slots, leased while they wait for one.
 
     A notify server that does not answer at start does not stop the worker: it polls
     every ``poll_interval`` and subscribes once the server answers (unless the client
@@ -98,6 +100,7 @@ class Worker:
         startup_timeout: float = 30.0,
         job_log_lines: int = 1000,
         job_log_bytes: int = 256 * 1024,
+        claim_ahead: bool = False,
     ) -> None:
         """The keyword arguments are :class:`WorkerSettings`' (documented there) and
         ``on_event``: called with a :class:`WorkerEvent` for every started/completed/
@@ -122,6 +125,7 @@ class Worker:
             startup_timeout=startup_timeout,
             job_log_lines=job_log_lines,
             job_log_bytes=job_log_bytes,
+            claim_ahead=claim_ahead,
         )
         self.settings = settings
         self.client = client
@@ -162,9 +166,7 @@ class Worker:
             worker_id=self.worker_id,
         )
         # Timers of their own, started by run() and cancelled when it ends.
-        self._leases = LeaseKeeper(
-            client.state, lease, lambda: self._slots, worker_id=self.worker_id
-        )
+        self._leases = LeaseKeeper(client.state, lease, self._slots, worker_id=self.worker_id)
         self._maintenance = MaintenanceServices(
             client,
             self.type_names,
@@ -177,11 +179,9 @@ class Worker:
             worker_id=self.worker_id,
             slots=concurrency,
         )
-        self._watchdog = (
-            LoopWatchdog(loop_lag_threshold, on_lag=self._on_loop_lag, active=self._slots.job_ids)
-            if loop_lag_threshold is not None
-            else None
-        )
+        self._watchdog = None
+        if (lag := loop_lag_threshold) is not None:
+            self._watchdog = LoopWatchdog(lag, on_lag=self._on_loop_lag, active=self._slots.job_ids)
         self._timers: list[asyncio.Task[None]] = []
         # Built by run(): the writes of claims and completions, and each job's run.
         self._claimer: Claimer | None = None
@@ -391,7 +391,14 @@ class Worker:
             self._wake.set()
 
     def _slot_freed(self, was_full: bool) -> None:
-        """A run gave its slot back: wake the loop if it may claim for it."""
+        """A run gave its slot back: start a run claimed ahead (also while a stop drains),
+        and wake the loop if it may claim."""
+        if not self._shutdown.forced:
+            run = self._slots.next_waiting()
+            if run is not None:
+                self._launch(run)
+                if not self._slots.room_ahead():
+                    return  # enough claimed ahead: no claim yet
         if not self._shutdown.requested and (self._policy.more or was_full):
             self._wake.set()
 
@@ -428,23 +435,25 @@ class Worker:
             await self._wait_for_reason(sleep)
 
     async def _claim_and_start(self) -> float | None:
-        """One pass: claim up to the free slots, if the wake policy says jobs may wait,
-        and start a run per job claimed. Returns how long to sleep when fewer jobs came
-        than slots are free (``None``: no sleep of the policy's, claim again)."""
-        free = self._slots.free()
-        if free <= 0:
+        """One pass: claim up to the free slots (and ahead), if the wake policy says jobs
+        may wait, and start a run per job claimed. Returns how long to sleep when fewer
+        jobs came than asked for (``None``: no sleep of the policy's, claim again)."""
+        # Draining a backlog (the last claim was full): claim ahead too if asked to.
+        backlog = self.settings.claim_ahead and self._policy.more and not self._shutdown.requested
+        limit = max(self._slots.free(), 0) + (self._slots.room_ahead() if backlog else 0)
+        if limit <= 0:
             return None
         # Not claiming (the wake budget says the jobs are taken) sleeps as after an
         # empty claim: until the next due job.
         claim = await self._policy.should_claim()
         claimed_at = asyncio.get_running_loop().time()
         assert self._claimer is not None
-        records = await self._claimer.claim(free) if claim else []
+        records = await self._claimer.claim(limit) if claim else []
         for record in records:
             self._start(record, claimed_at)
-        self._policy.claimed((r.type_name for r in records), len(records), free)
+        self._policy.claimed((r.type_name for r in records), len(records), limit)
         await self._subscriptions.claimed(self._slots.free())
-        if len(records) < free:
+        if len(records) < limit:
             return await self._policy.idle_timeout(acquired=bool(records), claimed=claim)
         return None
 
@@ -465,18 +474,20 @@ class Worker:
                 extra={"worker_id": self.worker_id, "job_id": record.id},
             )
             return
-        run = JobRun(
-            Job.from_record(record),
-            record.lease_token,
-            record.leased_until,
-            trace_context=record.trace_context,
-        )
+        job, token, context = Job.from_record(record), record.lease_token, record.trace_context
+        run = JobRun(job, token, record.leased_until, trace_context=context)
         self._leases.granted(run, claimed_at)
-        self._slots.take(run)
+        if self._slots.free() > 0:
+            self._slots.take(run)
+            self._launch(run)
+        else:
+            self._slots.wait(run)  # claimed ahead: starts once a slot frees
+
+    def _launch(self, run: JobRun) -> None:
+        """Run ``run`` (it holds a slot) in a task of its own."""
         assert self._execution is not None
-        run.task = asyncio.create_task(
-            self._execution.execute(run), name=f"queuert-job-{record.id}"
-        )
+        name = f"queuert-job-{run.job.id}"
+        run.task = asyncio.create_task(self._execution.execute(run), name=name)
         run.task.add_done_callback(lambda _: self._slot_freed(self._slots.remove(run)))
 
     def _release_slot(self, run: JobRun) -> None:

@@ -195,7 +195,10 @@ class Postgres:
         )
 
     async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
-        query = self._own.insert_first_jobs(job_rows)
+        if len(job_rows) == 1:
+            query = self._own.insert_first_job(job_rows[0])
+        else:
+            query = self._own.insert_first_jobs(job_rows)
         await self.compiled(query.statement).rows(conn, query.params)
 
     async def storage_health(self, conn: Any, limits: HealthThresholds) -> StorageHealth:

@@ -136,6 +136,56 @@ class PostgresStatements:
         ]
         return Query(self._insert_first_jobs, {"batch": batch, "now": job_rows[0]["created_at"]})
 
+    def insert_first_job(self, job_row: Mapping[str, Any]) -> Query:
+        """Insert one new chain and its first job, given the job's row, in one
+        statement of plain ``VALUES``: what a start of one chain sends (an enqueue in
+        the application's transaction, mostly). Postgres plans it in about half the
+        time of :meth:`insert_first_jobs`' JSON document and runs it in about two
+        thirds (it reads no document, twice), which counts where statements are
+        planned on every run (client-side binding, as Django's)."""
+        return Query(self._insert_first_job, job_row)
+
+    @cached_property
+    def _insert_first_job(self) -> Any:
+        """``WITH new_chain AS (INSERT INTO chains VALUES (...)) INSERT INTO jobs
+        VALUES (...)``, both rows bound from the job's row."""
+        t = self.tables
+        jobs = t.jobs.c
+        values = {
+            name: bindparam(name, type_=jobs[name].type)
+            for name in (
+                "id",
+                "type_name",
+                "input",
+                "status",
+                "priority",
+                "created_at",
+                "scheduled_at",
+                "max_attempts",
+                "deduplication_key",
+                "blockers_pending",
+                "trace_context",
+                "concurrency_key",
+            )
+        }
+        new_chain = (
+            insert(t.chains)
+            .values(
+                id=values["id"],
+                type_name=values["type_name"],
+                created_at=values["created_at"],
+                completed_at=null(),
+                has_dependents=false(),
+                dedup_key=values["deduplication_key"],
+            )
+            .cte("new_chain")
+        )
+        return (
+            insert(t.jobs)
+            .values(**values, chain_id=values["id"], chain_index=literal(0), attempt=literal(0))
+            .add_cte(new_chain)
+        )
+
     @cached_property
     def _insert_first_jobs(self) -> Any:
         """``WITH new_chains AS (INSERT INTO chains SELECT ... FROM rows)

@@ -30,7 +30,14 @@ from tests.support.redis_helpers import delete_prefix
 
 STATE_KINDS = ["sqlite", "postgres", "asyncpg"]
 """``postgres`` is psycopg 3; ``asyncpg`` is Postgres through asyncpg (and psycopg2 for a
-sync engine: :func:`sync_url`)."""
+sync engine: :func:`sync_url`). For tests of what the driver does -- the hot paths'
+statements, the values they bind, the errors they translate -- as the state conformance
+kit and tests/test_drivers.py do."""
+
+DATABASES = ["sqlite", "postgres"]
+"""SQLite and Postgres (psycopg 3): for tests of what lies above the driver seam (the
+worker, the client's checks, retention, schedules, migrations, the CLI), which a third
+driver would only repeat; asyncpg runs everything :data:`STATE_KINDS` runs."""
 
 
 def sync_url(database_url: str) -> str:
@@ -178,6 +185,35 @@ class CountingState:
             return attr(*args, **kwargs)
 
         return counted
+
+
+class ClaimPasses:
+    """The real state adapter, noting a worker's claim passes: one begins with
+    ``acquire`` and ends when ``next_due_at`` (which sets the idle sleep) has answered.
+    A job committed before that answer may be found by the pass and claimed without any
+    wakeup, so a test that needs the worker asleep waits for :meth:`idle` first."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.acquires = 0
+        self._ended_after: int | None = None  # ``acquires`` when a pass last ended
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def acquire(self, *args: Any, **kwargs: Any) -> Any:
+        self.acquires += 1
+        return await self._inner.acquire(*args, **kwargs)
+
+    async def next_due_at(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self._inner.next_due_at(*args, **kwargs)
+        finally:
+            self._ended_after = self.acquires
+
+    def idle(self) -> bool:
+        """Whether the latest pass has ended (and none began since)."""
+        return self._ended_after == self.acquires
 
 
 @asynccontextmanager

@@ -219,6 +219,11 @@ class RedisNotifyAdapter(ConnectOnEnter):
     async def notify_chain_completed(self, chain_id: str) -> None:
         await self._transport.notify_chain_completed(chain_id)
 
+    async def notify_signals(self, chain_ids: Sequence[str], job_ids: Sequence[str]) -> None:
+        """Chain completions and ownership losses in one round trip (see
+        :meth:`ChannelNotifyAdapter.notify_signals`)."""
+        await self._transport.notify_signals(chain_ids, job_ids)
+
     async def listen_chain_completed(self, chain_id: str, callback: SignalCallback) -> Unsubscribe:
         return await self._transport.listen_chain_completed(chain_id, callback)
 

@@ -5,12 +5,11 @@ stored markup that never runs. Screenshots go to the test's tmp_path and, with
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from queuert_notify import Client, InProcessNotifyAdapter, RedisNotifyAdapter
@@ -19,26 +18,15 @@ from queuert_notify.testing import run_until_idle
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.notifications import NotificationBuffer
 from tests.support.dashboard_server import (
-    CHROMIUM_ARGS,
-    chromium_path,
     screenshot_paths,
     served,
 )
 from tests.support.queue_helpers import drop_tables
 from tests.support.redis_helpers import delete_prefix
 
+pytest_plugins = ["tests.support.browser"]
+
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    executable = chromium_path()
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 async def shoot(page: Page, tmp_path: Path, name: str) -> None:

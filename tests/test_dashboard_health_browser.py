@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -22,22 +21,13 @@ from queuert_notify.dashboard.live import REFRESH_WITHOUT_NOTIFY
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from tests.support.dashboard_server import CHROMIUM_ARGS, chromium_path, screenshot_paths, served
+from tests.support.dashboard_server import screenshot_paths, served
 from tests.support.held_horizon import churn, held_snapshot
 from tests.support.queue_helpers import drop_tables
 
+pytest_plugins = ["tests.support.browser"]
+
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    executable = chromium_path()
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 async def test_the_health_page_names_the_held_snapshot_until_it_is_gone(

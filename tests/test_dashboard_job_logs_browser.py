@@ -5,20 +5,19 @@ line is shown as text, never run."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 
 from queuert_notify import Client, Worker
 from queuert_notify.dashboard import create_app
 from queuert_notify.jobs import Job, JobContext
-from tests.support.dashboard_server import CHROMIUM_ARGS, chromium_path, served
+from tests.support.dashboard_server import served
 from tests.test_dashboard_browser import _assert_inert, shoot
 
-pytest_plugins = ["tests.support.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures", "tests.support.browser"]
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -27,17 +26,6 @@ pytestmark = [
 ]
 
 MARKUP = '<img src=x onerror="window.__xss = 1">'
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    executable = chromium_path()
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 async def test_the_chain_page_shows_a_running_jobs_lines_live_per_attempt(

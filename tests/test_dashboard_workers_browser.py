@@ -7,20 +7,19 @@ worker starting or stopping, so the panel follows the page's periodic re-read
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 
 from queuert_notify import Client, Worker
 from queuert_notify.dashboard import create_app
 from queuert_notify.dashboard.live import REFRESH_WITH_NOTIFY
-from tests.support.dashboard_server import CHROMIUM_ARGS, chromium_path, served
+from tests.support.dashboard_server import served
 from tests.test_dashboard_browser import shoot
 
-pytest_plugins = ["tests.support.queue_fixtures"]
+pytest_plugins = ["tests.support.queue_fixtures", "tests.support.browser"]
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -30,17 +29,6 @@ pytestmark = [
 
 WITHIN = (REFRESH_WITH_NOTIFY + 10) * 1000
 """Milliseconds to wait for a change nothing announces: one re-read, and a stall."""
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    executable = chromium_path()
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 async def charge(job: Any, ctx: Any) -> dict[str, Any]:

@@ -180,6 +180,11 @@ async def test_redis_restarted_without_persistence_loses_tokens_but_no_job(
 
 
 @pytest.mark.slow
+# The ratio rests on wall-clock bounds: a wake call that does not answer within a second
+# (32 workers' event loop stalled for 2 s on a loaded machine) counts as granted, and a
+# lost acknowledgement costs one empty claim -- by design, extra claims, never a job lost
+# or run twice. So it is re-run once like the latency tests (CONTRIBUTING.md).
+@pytest.mark.timing
 @pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
 async def test_a_burst_of_1000_jobs_for_32_idle_workers_costs_at_most_1_05_claims_per_job(
     state: Any, redis_url: str, prefix: str

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.notify.redis.adapter import MAX_PAYLOAD_BYTES
@@ -120,3 +122,37 @@ async def test_close_while_the_server_is_down_is_prompt_and_leaves_no_task(
 
     assert loop.time() - started < 4.0  # not the 5 s close_timeout; room for a stall
     assert asyncio.all_tasks() == before
+
+
+async def test_a_listen_while_the_subscriber_reconnects_leaves_the_reconnect_to_the_reader(
+    redis_url: str, prefix: str
+) -> None:
+    """A listen made during an outage (a worker starting a run, say, bounded to a
+    second) fails at once instead of connecting the subscriber itself beside the
+    reader: two connects on one redis-py connection read each other's replies, and
+    the restore went unnoticed (twice in loaded CI runs: no second on_reconnect
+    within 60 s). The reader alone reconnects, and says so."""
+    proxy = await TcpProxy.in_front_of(redis_url)
+    try:
+        async with RedisNotifyAdapter(proxy.url(redis_url), prefix=prefix) as adapter:
+            reconnects, scheduled = Recorder(), Recorder()
+            adapter.on_reconnect(reconnects)
+            await adapter.listen_job_scheduled(["t"], scheduled)
+
+            await proxy.refuse()
+            await reconnects.wait_for(1, within=10.0)
+            await proxy.restore()
+            proxy.mode = "blackhole"  # back, but the handshake hangs
+            for job_id in ("j1", "j2", "j3"):
+                with pytest.raises(RedisConnectionError, match="reconnecting"):
+                    async with asyncio.timeout(10.0):
+                        await adapter.listen_job_ownership_lost(job_id, Recorder())
+            proxy.mode = "forward"
+
+            await reconnects.wait_for(2, within=30.0)
+            await wait_for_subscribers(redis_url, channel_name(prefix, "sched"), 1, 15.0)
+            await adapter.notify_jobs_scheduled({"t": 1})
+            await scheduled.wait_for(1, within=10.0)
+    finally:
+        await proxy.close()
+        await delete_prefix(redis_url, prefix)

@@ -225,6 +225,15 @@ class RedisServerTransport(ChannelNotifyAdapter):
     async def _send_and_confirm(
         self, kind: str, channel: str, send: Callable[[str], Awaitable[object]]
     ) -> None:
+        if self._lost:
+            # Only the reader reconnects the subscriber. A caller's send would connect
+            # it too, racing the reader's own connect on one redis-py connection (each
+            # reading the other's replies; a bound cut short mid-handshake): the restore
+            # could go unnoticed. Channels already subscribed are re-subscribed by the
+            # reader's reconnect.
+            raise RedisConnectionError(
+                f"Redis at {self._address} is unreachable; the subscriber is reconnecting"
+            )
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiting = self._confirmations.setdefault((kind, channel), [])
         waiting.append(future)
@@ -261,14 +270,19 @@ class RedisServerTransport(ChannelNotifyAdapter):
                 self._lost = False
                 backoff.reset()
                 logger.info("redis subscriber reconnected", extra={"address": self._address})
-            if message is not None:
+                if message is None or not self._handle(message):
+                    # Restored, whatever message came first: poll now.
+                    self._fire_reconnect()
+            elif message is not None:
                 self._handle(message)
 
-    def _handle(self, message: dict[str, Any]) -> None:
+    def _handle(self, message: dict[str, Any]) -> bool:
+        """Deliver or confirm ``message``; True when it showed a reconnect and the
+        ``on_reconnect`` callbacks ran."""
         kind = message.get("type")
         channel = decode_text(message.get("channel"))
         if channel is None:
-            return
+            return False
         if kind == "message":
             self._deliver(channel, message.get("data"))
         elif kind in ("subscribe", "unsubscribe"):
@@ -281,6 +295,8 @@ class RedisServerTransport(ChannelNotifyAdapter):
                 # after a reconnect; anything published meanwhile was missed.
                 logger.info("redis subscriptions restored", extra={"address": self._address})
                 self._fire_reconnect()
+                return True
+        return False
 
     # -- helpers -----------------------------------------------------------------
 

@@ -120,7 +120,7 @@ async def _claim_server_ms(stack: stacks.Stack, types: list[str], limit: int) ->
 async def run(args: argparse.Namespace) -> str:
     variants = [_variant(args, analyzed=False), _variant(args, analyzed=True)]
     results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {v.name: results.medians(v.name) for v in variants}
+    rows = results.all_medians()
     ratio = results.ratio("never analyzed", "analyzed")["jobs/s"]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return runner.report(

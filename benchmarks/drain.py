@@ -197,16 +197,8 @@ def _variant(
 
 
 async def run(args: argparse.Namespace) -> str:
-    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
-    unknown = [mode for mode in modes if mode not in _MODES]
-    if unknown:
-        raise SystemExit(f"--modes: unknown {unknown}; choose from {', '.join(_MODES)}")
-    instrumentations = [name.strip() for name in args.instrumentation.split(",") if name.strip()]
-    unknown = [name for name in instrumentations if name not in _INSTRUMENTATIONS]
-    if unknown:
-        raise SystemExit(
-            f"--instrumentation: unknown {unknown}; choose from {', '.join(_INSTRUMENTATIONS)}"
-        )
+    modes = runner.choices(args.modes, _MODES, "--modes")
+    instrumentations = runner.choices(args.instrumentation, _INSTRUMENTATIONS, "--instrumentation")
     sizes = [int(size) for size in args.jobs.split(",")]
     variants = [
         _variant(state, notify, mode, jobs, instrumentation, args)
@@ -216,7 +208,7 @@ async def run(args: argparse.Namespace) -> str:
         for instrumentation in instrumentations
     ]
     results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = results.all_medians()
     return runner.report(
         "Drain throughput",
         [

@@ -209,7 +209,7 @@ async def run(args: argparse.Namespace) -> str:
             _wake_variant(args, route, driver) for driver in drivers for route in (None, bouncer)
         ]
         results = await runner.alternate(variants, args.rounds, warmup=0)
-        wake_rows = {variant.name: results.medians(variant.name) for variant in variants}
+        wake_rows = results.all_medians()
         direct = create_async_engine(args.postgres_url)
         try:
             scale_rows = {

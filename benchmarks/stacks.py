@@ -11,7 +11,7 @@ import asyncio
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import MetaData, event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from benchmarks import services
+from benchmarks import runner, services
 from queuert_notify.client.client import Client
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from queuert_notify.notify.noop import NoopNotifyAdapter
@@ -62,18 +62,9 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 def combinations(args: argparse.Namespace) -> list[tuple[str, str]]:
     """Every (state kind, notify kind) the arguments ask for, state-major."""
-    states = _kinds(args.state, STATE_KINDS, "--state")
-    notifies = _kinds(args.notify, NOTIFY_KINDS, "--notify")
+    states = runner.choices(args.state, STATE_KINDS, "--state")
+    notifies = runner.choices(args.notify, NOTIFY_KINDS, "--notify")
     return [(state, notify) for state in states for notify in notifies]
-
-
-def _kinds(value: str, allowed: Sequence[str], option: str) -> list[str]:
-    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
-    unknown = [kind for kind in kinds if kind not in allowed]
-    if unknown or not kinds:
-        choices = ", ".join(allowed)
-        raise SystemExit(f"{option}: unknown {unknown or value!r}; choose from {choices}")
-    return kinds
 
 
 async def server_notes(args: argparse.Namespace) -> str:

@@ -167,7 +167,7 @@ async def run(args: argparse.Namespace) -> str:
     if args.floor and any(state == "postgres" for state, _ in combos):
         variants.append(_floor_variant(args))
     results = await runner.alternate(variants, args.rounds)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = results.all_medians()
     notes = [await stacks.server_notes(args), runner.machine_notes()]
     if _FLOOR in rows:
         notes.insert(

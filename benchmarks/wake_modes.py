@@ -195,7 +195,7 @@ async def run(args: argparse.Namespace) -> str:
         raise SystemExit("--notify: choose redis and/or redis-lists")
     variants = [_variant(state, notify, args) for state, notify in combos]
     results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = results.all_medians()
     return runner.report(
         "Redis wake modes: Pub/Sub hints vs list tokens",
         [

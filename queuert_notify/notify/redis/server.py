@@ -22,7 +22,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from queuert_notify.errors import ConfigurationError, mask_url
-from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import check_count, decode_text, encode_payload
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
 from queuert_notify.notify.redis.lists import RedisWakeLists
@@ -31,6 +30,7 @@ from queuert_notify.notify.redis.shared import (
     CONSUME_WAKE_HINT,
     NOTIFY_JOBS_SCHEDULED,
     PROVIDE_WAKE_HINT,
+    BudgetChannelAdapter,
     channel_name,
     connection_retry,
     hint_key,
@@ -48,7 +48,7 @@ _SUBSCRIBER_HEALTH_CHECK = 30  # seconds; PING an idle subscriber so a dead sock
 _POOL_INTERNAL_KWARGS = ("himport_registry", "event_dispatcher", "redis_connect_func")
 
 
-class RedisServerTransport(ChannelNotifyAdapter):
+class RedisServerTransport(BudgetChannelAdapter):
     """The single-server half of ``RedisNotifyAdapter``: Pub/Sub on one server (or a
     replica set behind one address), wake budgets in plain keys. Each public method
     keeps the promise of the same method of ``RedisNotifyAdapter``.
@@ -173,22 +173,8 @@ class RedisServerTransport(ChannelNotifyAdapter):
 
     # -- wake hints ------------------------------------------------------------
 
-    async def provide_wake_hint(self, type_name: str, count: int) -> None:
-        """Add ``count`` to the budget (INCRBY + EXPIRE 60 s, atomically); 0 is a no-op."""
-        check_count(count)
-        key = hint_key(self._prefix, encode_payload("type name", type_name))
-        await self._ready_to_send()
-        if count == 0:
-            # INCRBY 0 would create an exhausted budget and hold consumers back.
-            return
-        await self._provide_script(keys=[key], args=[count, HINT_TTL_SECONDS])
-
-    async def consume_wake_hint(self, type_name: str) -> bool:
-        """Take one unit; True when taken or when no budget exists, False when exhausted."""
-        key = hint_key(self._prefix, encode_payload("type name", type_name))
-        await self._ready_to_send()
-        taken = await self._consume_script(keys=[key], args=[HINT_TTL_SECONDS])
-        return bool(taken)
+    def _hint_key(self, type_name: str) -> str:
+        return hint_key(self._prefix, type_name)
 
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
         """Provide every budget, then publish every type name: one EVALSHA, one round trip.
@@ -301,6 +287,7 @@ class RedisServerTransport(ChannelNotifyAdapter):
     # -- helpers -----------------------------------------------------------------
 
     async def _ready_to_send(self) -> None:
+        """Connected, and the subscriber not reconnecting."""
         await self._ready()
         if self._lost:
             # Fail at once instead of each call waiting out its own reconnect attempts:

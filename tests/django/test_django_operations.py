@@ -18,6 +18,7 @@ import pytest
 
 from queuert_notify.errors import ConfigurationError
 from tests.django.conftest import Project
+from tests.django.project import manage
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -84,29 +85,15 @@ def test_options_limits_pauses_and_schedules_apply_when_a_worker_starts(
 def test_a_schedule_naming_a_missing_task_fails_the_system_check_in_one_line(
     django_project: Project,
 ) -> None:
-    env = {**os.environ, **django_project.env, "QN_BAD_SCHEDULE": "1"}
-    checked = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=django_project.root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = {**django_project.env, "QN_BAD_SCHEDULE": "1"}
+    checked = manage(django_project.root, env, "check", check=False)
     assert checked.returncode == 1
     problem = (
         "TASKS['ops']['OPTIONS']['schedules']['typo']: no task 'shop.tasks.ops_tock' "
         '(Module "shop.tasks" does not define a "ops_tock" attribute/class)'
     )
     assert f"?: (queuert_notify.E001) {problem}" in checked.stderr
-    worker = subprocess.run(
-        [sys.executable, "manage.py", "queuert_worker", "--backend=ops"],
-        cwd=django_project.root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    worker = manage(django_project.root, env, "queuert_worker", "--backend=ops", check=False)
     # The worker runs the system checks first, as Django's commands do.
     assert worker.returncode == 1
     assert f"?: (queuert_notify.E001) {problem}" in worker.stderr

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -66,9 +65,7 @@ async def _private_redis() -> AsyncIterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-cost needs redis-server on PATH (it starts a private one)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = services.free_port()
     workdir = tempfile.mkdtemp(prefix="queuert-bench-redis-")
     argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     process = await asyncio.create_subprocess_exec(

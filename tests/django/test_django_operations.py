@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 from queuert_notify.errors import ConfigurationError
 from tests.django.conftest import Project
 from tests.django.project import manage
+from tests.support.services import free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -230,12 +230,6 @@ def test_a_task_run_continues_the_trace_of_the_request_that_enqueued_it(
         enqueue["span_id"],
     )
     assert (inside["trace_id"], inside["parent_id"]) == (request["trace_id"], run["span_id"])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

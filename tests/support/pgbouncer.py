@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.support.services import _wait_for_port, free_port
+from tests.support.services import free_port, wait_for_port
 
 
 @dataclass
@@ -109,7 +109,7 @@ pidfile = {workdir}/pgbouncer.pid
         [*argv, str(workdir / "pgbouncer.ini")], cwd=workdir, stdout=log, stderr=log
     )
     try:
-        _wait_for_port(port)
+        wait_for_port(port)
         yield Bouncer(port, database, user, process)
     finally:
         process.terminate()

@@ -39,7 +39,6 @@ from sqlalchemy import select
 
 from benchmarks import runner, stacks
 from queuert_notify.client.chain_spec import ChainSpec
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker, WorkerMode
 
@@ -161,17 +160,7 @@ def _variant(
             await fill(stack, jobs)
             if args.analyze:
                 await stack.analyze()
-            done = asyncio.Event()
-            completed = 0
-            last = cpu_last = 0.0
-
-            def on_event(event: WorkerEvent) -> None:
-                nonlocal completed, last, cpu_last
-                if event.kind == "completed":
-                    completed += 1
-                    if completed == jobs:
-                        last, cpu_last = time.perf_counter(), time.process_time()
-                        done.set()
+            completions = stacks.Completions(jobs)
 
             worker = Worker(
                 await stack.new_client(),
@@ -179,16 +168,16 @@ def _variant(
                 concurrency=args.concurrency,
                 claim_ahead=args.claim_ahead,
                 mode=_MODES[mode],
-                on_event=on_event,
+                on_event=completions,
             )
             started, cpu_started = time.perf_counter(), time.process_time()
             async with worker:
                 async with asyncio.timeout(max(120.0, jobs / 50)):
-                    await done.wait()
+                    await completions.done.wait()
         # Only the worker runs in this process meanwhile: its CPU time, which another
         # load on the machine changes far less than the wall clock.
-        cpu_per_job = (cpu_last - cpu_started) / jobs * 1e6
-        return {"jobs/s": jobs / (last - started), "CPU µs/job": cpu_per_job}
+        cpu_per_job = (completions.cpu_last - cpu_started) / jobs * 1e6
+        return {"jobs/s": jobs / (completions.last - started), "CPU µs/job": cpu_per_job}
 
     name = f"{stacks.label(state_kind, notify_kind)}, {mode}, {jobs:,} jobs"
     if instrumentation != "none":

@@ -38,7 +38,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from benchmarks import runner, services, stacks
 from benchmarks.drain import fill
 from queuert_notify.client.chain_spec import ChainSpec
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
 from state_adapters.notifications import wait_for_notifications
@@ -195,19 +194,11 @@ async def _per_job(stack: stacks.Stack, log: _CommandLog, jobs: int) -> tuple[ru
     client = await stack.new_client()  # connected (scripts loaded) before counting starts
     await wait_for_notifications()
     await log.mark()
-    done = asyncio.Event()
-    completed = 0
+    completions = stacks.Completions(jobs)
 
-    def on_event(event: WorkerEvent) -> None:
-        nonlocal completed
-        if event.kind == "completed":
-            completed += 1
-            if completed == jobs:
-                done.set()
-
-    async with Worker(client, {"bench-drain": _noop}, on_event=on_event):
+    async with Worker(client, {"bench-drain": _noop}, on_event=completions):
         async with asyncio.timeout(120):
-            await done.wait()
+            await completions.done.wait()
     # Stopped: every completion's notification has gone out.
     await wait_for_notifications()
     commands = await log.mark()

@@ -11,6 +11,7 @@ import asyncio
 import shutil
 import sqlite3
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from benchmarks import runner, services
 from queuert_notify.client.client import Client
+from queuert_notify.events import WorkerEvent
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter
@@ -85,6 +87,25 @@ async def server_notes(args: argparse.Namespace) -> str:
 def label(state_kind: str, notify_kind: str) -> str:
     """``Postgres + Redis``: how a combination is named in tables."""
     return f"{_STATE_LABELS[state_kind]} + {_NOTIFY_LABELS[notify_kind]}"
+
+
+class Completions:
+    """A worker's ``on_event`` counting completed runs: :attr:`done` is set at the
+    ``total``-th, when :attr:`last` and :attr:`cpu_last` take ``time.perf_counter()``
+    and ``time.process_time()`` (the end of a timed drain)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.completed = 0
+        self.done = asyncio.Event()
+        self.last = self.cpu_last = 0.0
+
+    def __call__(self, event: WorkerEvent) -> None:
+        if event.kind == "completed":
+            self.completed += 1
+            if self.completed == self.total:
+                self.last, self.cpu_last = time.perf_counter(), time.process_time()
+                self.done.set()
 
 
 StatementPredicate = Callable[[str, Any], bool]

@@ -178,50 +178,45 @@ class RedisClusterTransport(BudgetChannelAdapter):
         """Discover the cluster, load the scripts on every master, start the subscriber;
         idempotent. Raises ConfigurationError naming the address when no node answers
         within ``connect_timeout``."""
-        self._check_open()
-        async with self._connect_lock:
-            if self._connected:
-                return
-            self._check_open()
-            try:
-                async with asyncio.timeout(self._connect_timeout):
-                    await self._commands.initialize()
-                    for script in (
-                        PROVIDE_WAKE_HINT,
-                        CONSUME_WAKE_HINT,
-                        NOTIFY_JOBS_SCHEDULED_SHARDED,
-                    ):
-                        await self._commands.script_load(script)
-            except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
-                if self._owns_commands:
-                    await self._commands.aclose()
-                reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
-                raise ConfigurationError(
-                    f"cannot reach the Redis Cluster at {self._address}: {reason}; "
-                    "is every node running and the cluster state ok?"
-                ) from exc
-            self._subscriber.start()
-            self._connected = True
+        await self._connect_once(self._open)
+
+    async def _open(self) -> None:
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                await self._commands.initialize()
+                for script in (
+                    PROVIDE_WAKE_HINT,
+                    CONSUME_WAKE_HINT,
+                    NOTIFY_JOBS_SCHEDULED_SHARDED,
+                ):
+                    await self._commands.script_load(script)
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            if self._owns_commands:
+                await self._commands.aclose()
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+            raise ConfigurationError(
+                f"cannot reach the Redis Cluster at {self._address}: {reason}; "
+                "is every node running and the cluster state ok?"
+            ) from exc
+        self._subscriber.start()
 
     async def close(self) -> None:
         """Drop every listener, stop the subscriber, close what the transport opened."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            async with asyncio.timeout(self._close_timeout):
-                self._reconnect_callbacks.clear()
-                # Closing every subscriber connection drops every subscription at once;
-                # the listener's unsubscribes then find nothing left to send.
-                await self._subscriber.close()
-                await self._listener.dispose()
-                if self._owns_commands:
-                    await self._commands.aclose()
-        except TimeoutError:
-            logger.warning(
-                "redis cluster notify adapter close timed out",
-                extra={"address": self._address, "timeout": self._close_timeout},
-            )
+        await self._close_once(
+            self._shut_down,
+            self._close_timeout,
+            logger,
+            "redis cluster notify adapter close timed out",
+        )
+
+    async def _shut_down(self) -> None:
+        self._reconnect_callbacks.clear()
+        # Closing every subscriber connection drops every subscription at once;
+        # the listener's unsubscribes then find nothing left to send.
+        await self._subscriber.close()
+        await self._listener.dispose()
+        if self._owns_commands:
+            await self._commands.aclose()
 
     # -- wake hints ------------------------------------------------------------
 

@@ -113,50 +113,42 @@ class RedisServerTransport(BudgetChannelAdapter):
         Raises ConfigurationError naming the (password-masked) address when
         Redis does not answer within ``connect_timeout``.
         """
-        self._check_open()
-        async with self._connect_lock:
-            if self._connected:
-                return
-            self._check_open()
-            try:
-                async with asyncio.timeout(self._connect_timeout):
-                    for script in (PROVIDE_WAKE_HINT, CONSUME_WAKE_HINT, NOTIFY_JOBS_SCHEDULED):
-                        await self._commands.script_load(script)
-                    await self._pubsub.connect()  # type: ignore[no-untyped-call]
-            except (RedisError, OSError, TimeoutError) as exc:
-                await self._release_connections()
-                reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
-                raise ConfigurationError(
-                    f"cannot reach Redis at {self._address}: {reason}; is the server running?"
-                ) from exc
-            self._reader = asyncio.create_task(
-                self._read_loop(), name=f"queuert-notify redis reader {self._prefix}"
-            )
-            self._connected = True
+        await self._connect_once(self._open)
+
+    async def _open(self) -> None:
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                for script in (PROVIDE_WAKE_HINT, CONSUME_WAKE_HINT, NOTIFY_JOBS_SCHEDULED):
+                    await self._commands.script_load(script)
+                await self._pubsub.connect()  # type: ignore[no-untyped-call]
+        except (RedisError, OSError, TimeoutError) as exc:
+            await self._release_connections()
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+            raise ConfigurationError(
+                f"cannot reach Redis at {self._address}: {reason}; is the server running?"
+            ) from exc
+        self._reader = asyncio.create_task(
+            self._read_loop(), name=f"queuert-notify redis reader {self._prefix}"
+        )
 
     async def close(self) -> None:
         """Stop the reader, drop every listener, close what the adapter opened; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            async with asyncio.timeout(self._close_timeout):
-                # The reader goes first: nothing may read from a connection being closed.
-                if self._reader is not None:
-                    self._reader.cancel()
-                    await asyncio.gather(self._reader, return_exceptions=True)
-                await self._listener.dispose()
-                for futures in self._confirmations.values():
-                    for future in futures:
-                        future.cancel()
-                self._confirmations.clear()
-                self._reconnect_callbacks.clear()
-                await self._release_connections()
-        except TimeoutError:
-            logger.warning(
-                "redis notify adapter close timed out",
-                extra={"address": self._address, "timeout": self._close_timeout},
-            )
+        await self._close_once(
+            self._shut_down, self._close_timeout, logger, "redis notify adapter close timed out"
+        )
+
+    async def _shut_down(self) -> None:
+        # The reader goes first: nothing may read from a connection being closed.
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        await self._listener.dispose()
+        for futures in self._confirmations.values():
+            for future in futures:
+                future.cancel()
+        self._confirmations.clear()
+        self._reconnect_callbacks.clear()
+        await self._release_connections()
 
     # -- notifications -------------------------------------------------------
 

@@ -73,6 +73,12 @@ class TlsFiles:
         ]  # fmt: skip
 
 
+CLUSTER_CONNECT_TIMEOUT = 30.0
+"""The tests' ``connect_timeout`` for a cluster adapter: its connect discovers the cluster
+and loads the scripts on every master, which took over the default 5 s in a full run at
+load 14 on two cores (a test of connecting is not what those tests are)."""
+
+
 @dataclass
 class ClusterNode:
     """One redis-server process of the cluster; it keeps its port and config across restarts."""

@@ -196,8 +196,7 @@ async def run(args: argparse.Namespace) -> str:
         for mode in modes
         for instrumentation in instrumentations
     ]
-    results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = results.all_medians()
+    rows = await runner.medians(variants, args.rounds, warmup=0)
     return runner.report(
         "Drain throughput",
         [

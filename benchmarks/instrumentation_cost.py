@@ -147,8 +147,7 @@ def _variant(variant: str, runs: int) -> runner.Variant:
 async def run(args: argparse.Namespace) -> str:
     names = runner.choices(args.variants, _VARIANTS, "--variants")
     variants = [_variant(name, args.runs) for name in names]
-    results = await runner.alternate(variants, args.rounds)
-    rows = results.all_medians()
+    rows = await runner.medians(variants, args.rounds)
     return runner.report(
         "Instrumentation cost",
         [

@@ -108,8 +108,7 @@ async def run(args: argparse.Namespace) -> str:
         for state, notify in stacks.combinations(args)
         for kind in kinds
     ]
-    results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = results.all_medians()
+    rows = await runner.medians(variants, args.rounds, warmup=0)
     ratios = {}
     for state, notify in stacks.combinations(args):
         plain = rows[_name(state, notify, "plain", args)]["jobs/s"]

@@ -172,8 +172,7 @@ async def run(args: argparse.Namespace) -> str:
         variants = [
             _wake_variant(args, route, driver) for driver in drivers for route in (None, bouncer)
         ]
-        results = await runner.alternate(variants, args.rounds, warmup=0)
-        wake_rows = results.all_medians()
+        wake_rows = await runner.medians(variants, args.rounds, warmup=0)
         direct = create_async_engine(args.postgres_url)
         try:
             scale_rows = {

@@ -80,6 +80,14 @@ async def alternate(variants: Sequence[Variant], rounds: int, *, warmup: int = 1
     return results
 
 
+async def medians(
+    variants: Sequence[Variant], rounds: int, *, warmup: int = 1
+) -> dict[str, Figures]:
+    """:func:`alternate`, then the medians of every variant (:meth:`Results.all_medians`):
+    for a report that needs no ratio between rounds."""
+    return (await alternate(variants, rounds, warmup=warmup)).all_medians()
+
+
 def choices(value: str, allowed: Sequence[str], option: str) -> list[str]:
     """The comma-separated items of ``value``, each one of ``allowed``; anything else
     (or nothing) ends the benchmark with a message naming ``option`` and the choices."""

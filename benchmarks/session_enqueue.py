@@ -188,8 +188,7 @@ async def run(args: argparse.Namespace) -> str:
     drivers = runner.choices(args.drivers, _DRIVERS, "--drivers")
     forms = runner.choices(args.forms, _FORMS, "--forms")
     variants = [_variant(driver, form, args) for driver in drivers for form in forms]
-    results = await runner.alternate(variants, args.rounds)
-    rows = results.all_medians()
+    rows = await runner.medians(variants, args.rounds)
     return runner.report(
         "Enqueue in the application's transaction",
         [

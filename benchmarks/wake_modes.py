@@ -185,8 +185,7 @@ async def run(args: argparse.Namespace) -> str:
     if not combos:
         raise SystemExit("--notify: choose redis and/or redis-lists")
     variants = [_variant(state, notify, args) for state, notify in combos]
-    results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = results.all_medians()
+    rows = await runner.medians(variants, args.rounds, warmup=0)
     return runner.report(
         "Redis wake modes: Pub/Sub hints vs list tokens",
         [

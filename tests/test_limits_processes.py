@@ -134,16 +134,14 @@ async def test_a_rate_of_50_per_second_is_never_exceeded(
 async def test_pause_stops_new_starts_during_a_burst_and_resume_wakes_workers_at_once(
     client: Client, workers: WorkerProcesses, runs: Any, engine: AsyncEngine
 ) -> None:
-    # A hundred jobs are six rounds of the 16 slots: the pause lands mid-burst with most
-    # jobs still queued (SQLite's one writer runs only ~25 a second across processes).
-    total = 100
+    total = 200
     await client.start_chains([ChainSpec("limited", {"sleep": 0.05}) for _ in range(total)])
     names = ["a", "b"]
     for name in names:
         workers.start(name, QT_CONCURRENCY="8")
 
     async def some_ran() -> bool:
-        return (await client.count_jobs()).get("completed", 0) >= 20
+        return (await client.count_jobs()).get("completed", 0) >= 40
 
     await wait_until(some_ran, timeout=60, interval=0.05)
     await client.pause_type("limited")

@@ -69,18 +69,24 @@ async def test_concurrency_and_key_concurrency_hold_across_four_worker_processes
 ) -> None:
     # The caps bind (3 of 32 slots, 10 jobs queued per key) from the first claim to the
     # last, so more jobs would only repeat the same contention (with 3 running at once
-    # a loaded machine runs ~20 a second; the four processes take ~7 s to start).
+    # a loaded machine runs ~20 a second). The jobs come once all four workers are up:
+    # a few seconds of claims cannot then all go to the one that started first.
     total, keys = 150, 15
     await client.set_limits("limited", concurrency=3, key_concurrency=1)
+    names = [f"w{i}" for i in range(4)]
+    for name in names:
+        workers.start(name, QT_CONCURRENCY="8")
+
+    async def all_started() -> bool:
+        return all(f"worker {name}" in workers.log(name) for name in names)
+
+    await wait_until(all_started, timeout=60, interval=0.2)
     await client.start_chains(
         [
             ChainSpec("limited", {"sleep": 0.002}, concurrency_key=f"customer-{n % keys}")
             for n in range(total)
         ]
     )
-    names = [f"w{i}" for i in range(4)]
-    for name in names:
-        workers.start(name, QT_CONCURRENCY="8")
 
     async def all_completed() -> bool:
         return (await client.count_jobs()).get("completed", 0) == total

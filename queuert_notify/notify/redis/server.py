@@ -31,6 +31,7 @@ from queuert_notify.notify.redis.shared import (
     CONSUME_WAKE_HINT,
     NOTIFY_JOBS_SCHEDULED,
     PROVIDE_WAKE_HINT,
+    PUBLISH_MANY,
     channel_name,
     connection_retry,
     hint_key,
@@ -41,6 +42,7 @@ from state_adapters.backoff import Backoff
 logger = logging.getLogger(__name__)
 
 _SCHEMES = ("redis", "rediss", "unix")
+_SCRIPTS = (PROVIDE_WAKE_HINT, CONSUME_WAKE_HINT, NOTIFY_JOBS_SCHEDULED, PUBLISH_MANY)
 _READ_TIMEOUT = 1.0  # get_message wait; > 0 so an idle reader sleeps instead of spinning
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
 _SUBSCRIBER_HEALTH_CHECK = 30  # seconds; PING an idle subscriber so a dead socket is noticed
@@ -85,6 +87,7 @@ class RedisServerTransport(ChannelNotifyAdapter):
         self._provide_script = self._commands.register_script(PROVIDE_WAKE_HINT)
         self._consume_script = self._commands.register_script(CONSUME_WAKE_HINT)
         self._schedule_script = self._commands.register_script(NOTIFY_JOBS_SCHEDULED)
+        self._publish_script = self._commands.register_script(PUBLISH_MANY)
         # Futures of our own SUBSCRIBE/UNSUBSCRIBE calls, resolved by the reader
         # when Redis confirms them; keyed by (confirmation kind, channel).
         self._confirmations: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
@@ -120,7 +123,7 @@ class RedisServerTransport(ChannelNotifyAdapter):
             self._check_open()
             try:
                 async with asyncio.timeout(self._connect_timeout):
-                    for script in (PROVIDE_WAKE_HINT, CONSUME_WAKE_HINT, NOTIFY_JOBS_SCHEDULED):
+                    for script in _SCRIPTS:
                         await self._commands.script_load(script)
                     await self._pubsub.connect()  # type: ignore[no-untyped-call]
             except (RedisError, OSError, TimeoutError) as exc:
@@ -165,11 +168,9 @@ class RedisServerTransport(ChannelNotifyAdapter):
         if len(messages) == 1:
             await self._commands.publish(*messages[0])
             return
-        # One round trip for all (not a MULTI: each PUBLISH stands alone).
-        async with self._commands.pipeline(transaction=False) as pipe:
-            for channel, payload in messages:
-                pipe.publish(channel, payload)
-            await pipe.execute()
+        # One round trip, one command and one reply for all (a worker's flush carries a
+        # message per completed chain).
+        await self._publish_script(keys=[], args=[part for message in messages for part in message])
 
     # -- wake hints ------------------------------------------------------------
 

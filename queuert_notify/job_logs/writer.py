@@ -27,15 +27,16 @@ class JobLogWriter:
 
     Invariants: a line is written at most once; a write that fails loses its lines
     (logged with their number) and never fails a job; no database call runs in a
-    handler's path; between writes it holds one timer of the event loop, armed only
-    while an attempt is open (the last :meth:`close_attempt` cancels it), and a write
-    runs in a task of its own that ends with it, so nothing outlives the worker's runs
-    but a write in flight. An attempt's last lines may commit before a batch of its
-    earlier ones still in flight: readers order by ``seq``.
+    handler's path; between writes it holds one timer of the event loop, armed by
+    :meth:`open` and kept while attempts are open (once it finds none it is not armed
+    again, so it outlives the last attempt by at most ``interval`` and then does
+    nothing), and a write runs in a task of its own that ends with it. An attempt's last
+    lines may commit before a batch of its earlier ones still in flight: readers order
+    by ``seq``.
 
-    A timer rather than a sleeping task: a worker at work opens and closes attempts
-    all the time, most of them writing no line early, and each first :meth:`open`
-    after the set of attempts emptied would otherwise start a task.
+    A timer rather than a sleeping task, left armed rather than cancelled when no
+    attempt is open: a worker at work opens and closes attempts all the time, most of
+    them writing no line early, and the set of open attempts empties between claims.
     """
 
     def __init__(
@@ -62,9 +63,6 @@ class JobLogWriter:
         with its outcome. Never waits for a write in flight: on SQLite that write may wait
         for the write lock the attempt's own transaction holds."""
         self._open.discard(log)
-        if not self._open and self._timer is not None:
-            self._timer.cancel()  # between writes: nothing is lost
-            self._timer = None
         return log.finish()
 
     async def write(self, lines: list[JobLogLine]) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
@@ -169,8 +171,11 @@ class RedisServerTransport(ChannelNotifyAdapter):
             await self._commands.publish(*messages[0])
             return
         # One round trip, one command and one reply for all (a worker's flush carries a
-        # message per completed chain).
-        await self._publish_script(keys=[], args=[part for message in messages for part in message])
+        # message per completed chain), an argument per run of messages on one channel.
+        args: list[str] = []
+        for channel, run in groupby(messages, key=itemgetter(0)):
+            args += [channel, "\0".join(payload for _, payload in run)]
+        await self._publish_script(keys=[], args=args)
 
     # -- wake hints ------------------------------------------------------------
 

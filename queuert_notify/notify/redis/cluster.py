@@ -204,7 +204,10 @@ class RedisClusterTransport(ChannelNotifyAdapter):
             self._connected = True
 
     async def close(self) -> None:
-        """Drop every listener, stop the subscriber, close what the transport opened."""
+        """Drop every listener, stop the subscriber, close what the transport opened.
+        The subscriber gets ``close_timeout``; the cluster client the transport opened
+        is closed even when that ran out (its connections close locally, without an
+        answer from any node)."""
         if self._closed:
             return
         self._closed = True
@@ -215,13 +218,16 @@ class RedisClusterTransport(ChannelNotifyAdapter):
                 # the listener's unsubscribes then find nothing left to send.
                 await self._subscriber.close()
                 await self._listener.dispose()
-                if self._owns_commands:
-                    await self._commands.aclose()
         except TimeoutError:
             logger.warning(
                 "redis cluster notify adapter close timed out",
                 extra={"address": self._address, "timeout": self._close_timeout},
             )
+        finally:
+            # Not under the timeout: a subscription stuck on a hanging master must not
+            # leave every node's connection open until the garbage collector finds it.
+            if self._owns_commands:
+                await self._commands.aclose()
 
     # -- wake hints ------------------------------------------------------------
 

@@ -19,19 +19,25 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 
-@asynccontextmanager
-async def connection(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """``engine.connect()`` whose checkout and close each run to their end in a task of
-    their own when the caller is cancelled meanwhile; the cancellation is re-raised
-    once the connection is back in the pool. A cancelled caller waiting on an exhausted
-    pool so waits for a connection (at most the pool's timeout) before it stops."""
+async def start(engine: AsyncEngine) -> AsyncConnection:
+    """``await engine.connect()``, whose checkout runs to its end in a task of its own
+    when the caller is cancelled meanwhile; the connection is then closed and the
+    cancellation re-raised. A cancelled caller waiting on an exhausted pool so waits
+    for a connection (at most the pool's timeout) before it stops."""
     checkout = asyncio.ensure_future(engine.connect().start())
     cancelled = await _wait(checkout)
     if cancelled is not None:
         if not checkout.cancelled() and checkout.exception() is None:
             await _wait(asyncio.ensure_future(checkout.result().close()))
         raise cancelled
-    conn = checkout.result()
+    return checkout.result()
+
+
+@asynccontextmanager
+async def connection(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection of ``engine`` (:func:`start`), closed on the way out; the close too
+    runs to its end before a cancellation received meanwhile is re-raised."""
+    conn = await start(engine)
     try:
         yield conn
     finally:

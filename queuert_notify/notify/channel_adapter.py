@@ -14,6 +14,7 @@ from queuert_notify.errors import NotifyAdapterClosedError
 from queuert_notify.notify.payloads import decode_payload, encode_payload
 from queuert_notify.notify.protocol import (
     ConnectOnEnter,
+    JobIdCallback,
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
@@ -70,6 +71,7 @@ class ChannelNotifyAdapter(ConnectOnEnter):
         self._owls = channel_name(prefix, "owls")
         self._listener = listener
         self._reconnect_callbacks: dict[int, SignalCallback] = {}
+        self._every_lost: dict[int, JobIdCallback] = {}
         self._next_callback_id = 0
         self._connect_lock = asyncio.Lock()
         self._connected = False
@@ -161,6 +163,22 @@ class ChannelNotifyAdapter(ConnectOnEnter):
             await self._listener.keep_subscribed(channel)
         return await self._listener.add(channel, [job_id], callback)
 
+    async def listen_every_job_ownership_lost(self, callback: JobIdCallback) -> Unsubscribe | None:
+        """On the one ownership-lost channel, kept subscribed (as for a listener of one
+        job); ``None`` where each job has a channel of its own (Redis Cluster)."""
+        await self._ready()
+        if self._channel(self._owls, "any job") != self._owls:
+            return None
+        await self._listener.keep_subscribed(self._owls)
+        callback_id = self._next_callback_id
+        self._next_callback_id += 1
+        self._every_lost[callback_id] = callback
+
+        async def unsubscribe() -> None:
+            self._every_lost.pop(callback_id, None)
+
+        return unsubscribe
+
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
         """Run ``callback`` whenever the subscription was lost or restored: messages
         may have been missed, so poll now."""
@@ -203,6 +221,9 @@ class ChannelNotifyAdapter(ConnectOnEnter):
             self._listener.dispatch(channel, payload, payload)
         else:
             self._listener.dispatch(channel, payload)
+            if channel == self._owls:
+                for callback in list(self._every_lost.values()):
+                    self._listener.run_callback(callback, payload)
 
     def _fire_reconnect(self) -> None:
         for callback in list(self._reconnect_callbacks.values()):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
@@ -30,6 +32,7 @@ from queuert_notify.notify.redis.shared import (
     CONSUME_WAKE_HINT,
     NOTIFY_JOBS_SCHEDULED,
     PROVIDE_WAKE_HINT,
+    PUBLISH_MANY,
     BudgetChannelAdapter,
     channel_name,
     connection_retry,
@@ -41,6 +44,7 @@ from state_adapters.backoff import Backoff
 logger = logging.getLogger(__name__)
 
 _SCHEMES = ("redis", "rediss", "unix")
+_SCRIPTS = (PROVIDE_WAKE_HINT, CONSUME_WAKE_HINT, NOTIFY_JOBS_SCHEDULED, PUBLISH_MANY)
 _READ_TIMEOUT = 1.0  # get_message wait; > 0 so an idle reader sleeps instead of spinning
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
 _SUBSCRIBER_HEALTH_CHECK = 30  # seconds; PING an idle subscriber so a dead socket is noticed
@@ -85,6 +89,7 @@ class RedisServerTransport(BudgetChannelAdapter):
         self._provide_script = self._commands.register_script(PROVIDE_WAKE_HINT)
         self._consume_script = self._commands.register_script(CONSUME_WAKE_HINT)
         self._schedule_script = self._commands.register_script(NOTIFY_JOBS_SCHEDULED)
+        self._publish_script = self._commands.register_script(PUBLISH_MANY)
         # Futures of our own SUBSCRIBE/UNSUBSCRIBE calls, resolved by the reader
         # when Redis confirms them; keyed by (confirmation kind, channel).
         self._confirmations: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
@@ -118,7 +123,7 @@ class RedisServerTransport(BudgetChannelAdapter):
     async def _open(self) -> None:
         try:
             async with asyncio.timeout(self._connect_timeout):
-                for script in (PROVIDE_WAKE_HINT, CONSUME_WAKE_HINT, NOTIFY_JOBS_SCHEDULED):
+                for script in _SCRIPTS:
                     await self._commands.script_load(script)
                 await self._pubsub.connect()  # type: ignore[no-untyped-call]
         except (RedisError, OSError, TimeoutError) as exc:
@@ -157,11 +162,12 @@ class RedisServerTransport(BudgetChannelAdapter):
         if len(messages) == 1:
             await self._commands.publish(*messages[0])
             return
-        # One round trip for all (not a MULTI: each PUBLISH stands alone).
-        async with self._commands.pipeline(transaction=False) as pipe:
-            for channel, payload in messages:
-                pipe.publish(channel, payload)
-            await pipe.execute()
+        # One round trip, one command and one reply for all (a worker's flush carries a
+        # message per completed chain), an argument per run of messages on one channel.
+        args: list[str] = []
+        for channel, run in groupby(messages, key=itemgetter(0)):
+            args += [channel, "\0".join(payload for _, payload in run)]
+        await self._publish_script(keys=[], args=args)
 
     # -- wake hints ------------------------------------------------------------
 

@@ -39,6 +39,7 @@ def lua_script(name: str) -> str:
 PROVIDE_WAKE_HINT = lua_script("provide_wake_hint")
 CONSUME_WAKE_HINT = lua_script("consume_wake_hint")
 NOTIFY_JOBS_SCHEDULED = lua_script("notify_jobs_scheduled")
+PUBLISH_MANY = lua_script("publish_many")
 
 ScriptCall = tuple[list[str], list[str | int]]
 """The KEYS and ARGV of one script call: what the async adapter and the blocking

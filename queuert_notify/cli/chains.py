@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 from rich.table import Table
 
+from queuert_notify.cli.chain_logs import chains_logs
 from queuert_notify.cli.database import with_client, with_state
 from queuert_notify.cli.options import (
     database_url_option,
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 @click.group()
 def chains() -> None:
     """Inspect chains, and cancel, retry or delete one."""
+
+
+chains.add_command(chains_logs)
 
 
 @chains.command("list")

@@ -12,8 +12,10 @@ import what they run on use) and ``state_adapters``."""
 
 from __future__ import annotations
 
+import gc
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -94,6 +96,16 @@ sentence of its help, which the top-level ``--help`` lists without importing the
 class _LazyGroup(click.Group):
     """A group whose commands (:data:`COMMANDS`) are imported when one is looked up to
     run, not for the listing of ``--help``."""
+
+    def main(self, args: Sequence[str] | None = None, *rest: Any, **options: Any) -> Any:
+        try:
+            return super().main(args, *rest, **options)
+        finally:
+            if args is None:
+                # Run as the program (on sys.argv, not called by a test): the process
+                # ends now, and its objects need no collecting first -- the collector's
+                # pass over all of them at exit was 6 % of `chains list`'s instructions.
+                gc.freeze()
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)

@@ -106,6 +106,10 @@ def test_a_command_imports_its_own_modules_only(tmp_path: Path) -> None:
     # chains (with its logs), and what it prints with: not worker, dashboard, health, ...
     used = {"chains", "chain_logs", "database", "options", "output", "types", "workers"}
     assert _commands_loaded_after(listing) == used
+    # Nor the health report's classes, which the state adapter imports when it reports.
+    report = f"{listing}\nimport sys\nassert 'state_adapters.health' not in sys.modules"
+    _commands_loaded_after(report)
+    _commands_loaded_after(report.replace("'chains', 'list'", "'health'").replace(" not in", " in"))
 
 
 def test_the_listing_shows_each_commands_own_help() -> None:

@@ -75,7 +75,7 @@ async def run(args: argparse.Namespace) -> str:
         for engine in engines:
             await engine.dispose()
         shutil.rmtree(workdir, ignore_errors=True)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = results.all_medians()
     return runner.report(
         "CLI start-up",
         [runner.table(rows, first_column="checkout")],

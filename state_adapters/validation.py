@@ -109,6 +109,13 @@ def check_limit_count(value: object, what: str, highest: int) -> int | None:
     return value
 
 
+def window_seconds(per: object) -> float | None:
+    """A rate limit's window ``per`` (a ``timedelta``, or ``None`` for none) in seconds."""
+    if per is not None and not isinstance(per, timedelta):
+        raise InvalidInputError(f"per must be a timedelta (or None), got {per!r}")
+    return None if per is None else per.total_seconds()
+
+
 def check_limits(
     concurrency: object, key_concurrency: object, rate: object, per_seconds: object
 ) -> tuple[int | None, int | None, int | None, float | None]:

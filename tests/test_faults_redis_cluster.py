@@ -22,7 +22,7 @@ from queuert_notify.notify.redis.cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import Recorder
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.notifications import NotificationBuffer
-from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
 
 
 @pytest.fixture
@@ -37,8 +37,12 @@ async def adapters(
 ) -> AsyncIterator[tuple[RedisNotifyAdapter, RedisNotifyAdapter]]:
     """A listening adapter and a publishing one, on the same prefix."""
     async with (
-        RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as listener,
-        RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as publisher,
+        RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        ) as listener,
+        RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        ) as publisher,
     ):
         yield listener, publisher
 
@@ -93,7 +97,9 @@ async def test_a_worker_with_a_60s_poll_runs_every_job_through_a_masters_death(
         return int(job.input["n"])
 
     def notify() -> RedisNotifyAdapter:
-        return RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True)
+        return RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        )
 
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}")
     try:
@@ -136,7 +142,9 @@ async def test_a_sync_clients_publisher_follows_a_killed_master_to_its_replica(
     heard, reconnects = Recorder(), Recorder()
     listener.on_reconnect(reconnects)
     await listener.listen_job_scheduled([type_name], heard)
-    publisher = RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True).blocking_publisher()
+    publisher = RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ).blocking_publisher()
     try:
         await asyncio.to_thread(publisher.publish, notes)  # its slot map names ``doomed``
         await heard.wait_for(1, within=5.0)
@@ -245,7 +253,9 @@ async def test_a_master_that_hangs_without_closing_its_socket_is_left_by_the_slo
     doomed = cluster.masters()[0]
     replica = cluster.replica_of(doomed)
     type_name = _type_on(cluster, prefix, doomed)
-    async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as listener:
+    async with RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ) as listener:
         reconnects, scheduled = Recorder(), Recorder()
         listener.on_reconnect(reconnects)
         await listener.listen_job_scheduled([type_name], scheduled)
@@ -254,7 +264,9 @@ async def test_a_master_that_hangs_without_closing_its_socket_is_left_by_the_slo
         try:
             await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
             await reconnects.wait_for(2, within=20.0)
-            async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as publisher:
+            async with RedisNotifyAdapter(
+                cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+            ) as publisher:
                 await publisher.notify_job_scheduled(type_name)
                 await scheduled.wait_for(1, within=5.0)
         finally:

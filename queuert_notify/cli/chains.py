@@ -22,6 +22,9 @@ from queuert_notify.cli.workers import Unhandled, unhandled
 from state_adapters.model import ALL_STATUSES, unhandled_line
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from queuert_notify.client.client import Client
     from state_adapters.model import JobStatus
     from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 
@@ -145,46 +148,39 @@ def chains_show(database_url: str, table_prefix: str, chain_id: str, as_json: bo
     console().print(table)
 
 
-@chains.command("cancel")
-@database_url_option
-@table_prefix_option
-@redis_url_option
-@click.argument("chain_id")
-@json_option
-def chains_cancel(
-    database_url: str,
-    table_prefix: str,
-    redis_url: str | None,
-    redis_prefix: str,
-    chain_id: str,
-    as_json: bool,
-) -> None:
-    """Cancel a chain's unfinished job (a handler running it is cancelled)."""
-    notify = (redis_url, redis_prefix)
-    chain = run(with_client(database_url, table_prefix, notify, lambda c: c.cancel_chain(chain_id)))
-    _print_chain(chain, as_json)
-    note_next_poll(redis_url)
+def _chain_action(name: str, act: Callable[[Client, str], Awaitable[Any]], help: str) -> None:
+    """``chains NAME CHAIN_ID``: ``act(client, chain_id)``, then the chain as it stands."""
+
+    @chains.command(name, help=help)
+    @database_url_option
+    @table_prefix_option
+    @redis_url_option
+    @click.argument("chain_id")
+    @json_option
+    def command(
+        database_url: str,
+        table_prefix: str,
+        redis_url: str | None,
+        redis_prefix: str,
+        chain_id: str,
+        as_json: bool,
+    ) -> None:
+        notify = (redis_url, redis_prefix)
+        chain = run(with_client(database_url, table_prefix, notify, lambda c: act(c, chain_id)))
+        _print_chain(chain, as_json)
+        note_next_poll(redis_url)
 
 
-@chains.command("retry")
-@database_url_option
-@table_prefix_option
-@redis_url_option
-@click.argument("chain_id")
-@json_option
-def chains_retry(
-    database_url: str,
-    table_prefix: str,
-    redis_url: str | None,
-    redis_prefix: str,
-    chain_id: str,
-    as_json: bool,
-) -> None:
-    """Run a failed or cancelled chain again from its last job."""
-    notify = (redis_url, redis_prefix)
-    chain = run(with_client(database_url, table_prefix, notify, lambda c: c.retry_chain(chain_id)))
-    _print_chain(chain, as_json)
-    note_next_poll(redis_url)
+_chain_action(
+    "cancel",
+    lambda client, chain_id: client.cancel_chain(chain_id),
+    "Cancel a chain's unfinished job (a handler running it is cancelled).",
+)
+_chain_action(
+    "retry",
+    lambda client, chain_id: client.retry_chain(chain_id),
+    "Run a failed or cancelled chain again from its last job.",
+)
 
 
 @chains.command("delete")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import ClassVar
 
 from queuert_notify.errors import NotifyAdapterClosedError
@@ -212,6 +212,37 @@ class ChannelNotifyAdapter(ConnectOnEnter):
         self._check_open()
         if not self._connected:
             await self.connect()
+
+    async def _connect_once(self, open_connections: Callable[[], Awaitable[None]]) -> None:
+        """``connect()``: ``open_connections()`` unless connected already. Concurrent
+        calls wait for the one running it (and run it again if it raised); a closed
+        adapter raises ``NotifyAdapterClosedError``, before and after the wait."""
+        self._check_open()
+        async with self._connect_lock:
+            if self._connected:
+                return
+            self._check_open()
+            await open_connections()
+            self._connected = True
+
+    async def _close_once(
+        self,
+        release: Callable[[], Awaitable[None]],
+        seconds: float,
+        log: logging.Logger,
+        timed_out: str,
+    ) -> None:
+        """``close()``: ``release()`` on the first call only, with ``_closed`` set
+        before it starts, for ``seconds`` at most; past them ``timed_out`` is logged
+        on ``log`` (with the address and the timeout) and the rest is left."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            async with asyncio.timeout(seconds):
+                await release()
+        except TimeoutError:
+            log.warning(timed_out, extra={"address": self._address, "timeout": seconds})
 
     def _check_open(self) -> None:
         if self._closed:

@@ -111,6 +111,17 @@ def test_a_command_imports_its_own_modules_only(tmp_path: Path) -> None:
     assert _after(listing.replace("'chains', 'list'", "'health'"), report) != set()
 
 
+def test_json_output_loads_no_rich(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}"
+    command = "from queuert_notify.cli import main\nmain({argv!r}, standalone_mode=False)"
+    _after(command.format(argv=["migrate", "--database-url", url]), "modules")
+    rich = "{m for m in modules if m.split('.')[0] == 'rich'}"
+    for name in (["chains", "list"], ["workers"]):
+        argv = [*name, "--database-url", url]
+        assert _after(command.format(argv=[*argv, "--json"]), rich) == set(), name
+        assert "rich.table" in _after(command.format(argv=argv), rich), name
+
+
 def test_the_listing_shows_each_commands_own_help() -> None:
     context = click.Context(main)
     assert main.list_commands(context) == sorted(COMMANDS)

@@ -133,6 +133,9 @@ def test_the_listing_shows_each_commands_own_help() -> None:
         stand_in = click.Command(name, help=listed)
         assert stand_in.get_short_help_str(10_000) == command.get_short_help_str(10_000), name
     assert main.get_command(context, "wroker") is None
+    with pytest.raises(click.UsageError) as mistyped:
+        main(["wroker"], standalone_mode=False)
+    assert "Did you mean one of: 'worker', 'workers'?" in mistyped.value.format_message()
 
 
 def test_only_the_program_skips_collecting_at_exit() -> None:

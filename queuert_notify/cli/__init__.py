@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.exceptions import NoSuchCommand
 
 from queuert_notify.observe import log_format as logs
 from state_adapters import lazy_exports
@@ -118,6 +119,16 @@ class _LazyGroup(click.Group):
         module, name, _ = COMMANDS[cmd_name]
         command: click.Command = getattr(import_module(f"{__name__}.{module}"), name)
         return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except NoSuchCommand as error:
+            # Click suggests a close name from `self.commands`: none of ours is in it.
+            name = error.command_name
+            raise NoSuchCommand(name, possibilities=COMMANDS, ctx=ctx) from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Click's own listing, of stand-ins that carry only each command's help.

@@ -22,6 +22,8 @@ from queuert_notify.notify.redis.cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import Recorder
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.notifications import NotificationBuffer
+from tests.support.leaks import connections_to, unclosed_reports
+from tests.support.queue_helpers import wait_until
 from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
 
 
@@ -200,22 +202,25 @@ async def test_close_while_a_master_is_down_is_prompt_and_leaves_no_task(
     adapter = RedisNotifyAdapter(
         cluster.url, prefix=prefix, cluster=True, close_timeout=30.0, connect_timeout=30.0
     )
-    await adapter.connect()
-    reconnects = Recorder()
-    adapter.on_reconnect(reconnects)
-    await adapter.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
+    try:
+        await adapter.connect()
+        reconnects = Recorder()
+        adapter.on_reconnect(reconnects)
+        await adapter.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
 
-    await asyncio.to_thread(cluster.kill, doomed)
-    await reconnects.wait_for(1, within=10.0)
-    await asyncio.sleep(0.3)  # the reconciler is retrying against the dead master now
+        await asyncio.to_thread(cluster.kill, doomed)
+        await reconnects.wait_for(1, within=10.0)
+        await asyncio.sleep(0.3)  # the reconciler is retrying against the dead master now
 
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await adapter.close()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await adapter.close()
 
-    assert loop.time() - started < 10.0  # not a 30 s wait; room for a stall
-    assert asyncio.all_tasks() == before
-    await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+        assert loop.time() - started < 10.0  # not a 30 s wait; room for a stall
+        assert asyncio.all_tasks() == before
+        await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+    finally:
+        await adapter.close()  # idempotent: a test failed before its close leaves nothing open
 
 
 async def test_a_listen_on_a_slot_moved_behind_the_adapters_back_still_subscribes_where_it_lives(
@@ -272,3 +277,33 @@ async def test_a_master_that_hangs_without_closing_its_socket_is_left_by_the_slo
         finally:
             await asyncio.to_thread(cluster.resume, doomed)
         assert scheduled.calls == [(type_name,)]
+
+
+async def test_a_close_held_up_by_a_hanging_master_still_closes_the_cluster_client(
+    cluster: LocalRedisCluster, prefix: str
+) -> None:
+    """A subscription stuck on a master that hangs (its kernel accepts the connection,
+    nothing answers) holds the close up past ``close_timeout``; the cluster client the
+    adapter opened is closed all the same: no node is left connected for the garbage
+    collector, which redis-py reports as "Unclosed ClusterNode object"."""
+    doomed = cluster.masters()[0]
+    with unclosed_reports() as reports:
+        adapter = RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, close_timeout=1.0, connect_timeout=60.0
+        )
+        await adapter.connect()
+        before = connections_to(doomed)
+        await asyncio.to_thread(cluster.pause, doomed)
+        try:
+            stuck = asyncio.create_task(
+                adapter.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
+            )
+            # The subscriber's connection is open: its handshake waits for the master.
+            await wait_until(lambda: connections_to(doomed) > before, timeout=30.0)
+            await adapter.close()
+            stuck.cancel()
+            await asyncio.gather(stuck, return_exceptions=True)
+        finally:
+            await asyncio.to_thread(cluster.resume, doomed)
+        del adapter, stuck
+    assert reports == []

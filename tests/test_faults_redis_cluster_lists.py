@@ -151,18 +151,21 @@ async def test_close_while_a_master_is_down_is_bounded_and_leaves_no_task(
         close_timeout=8.0,
         connect_timeout=CLUSTER_CONNECT_TIMEOUT,
     )
-    await consumer.connect()
-    reconnects = Recorder()
-    consumer.on_reconnect(reconnects)
-    await consumer.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
+    try:
+        await consumer.connect()
+        reconnects = Recorder()
+        consumer.on_reconnect(reconnects)
+        await consumer.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
 
-    await asyncio.to_thread(cluster.kill, doomed)
-    await reconnects.wait_for(1, within=10)
+        await asyncio.to_thread(cluster.kill, doomed)
+        await reconnects.wait_for(1, within=10)
 
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await consumer.close()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await consumer.close()
 
-    assert loop.time() - started < 8.0 + 2.5  # close_timeout, and room for a stalled machine
-    assert asyncio.all_tasks() == before
-    await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+        assert loop.time() - started < 8.0 + 2.5  # close_timeout, and room for a stalled machine
+        assert asyncio.all_tasks() == before
+        await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+    finally:
+        await consumer.close()  # idempotent: a test failed before its close leaves nothing open

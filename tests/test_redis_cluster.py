@@ -288,15 +288,18 @@ async def test_close_leaves_no_task_running(cluster: LocalRedisCluster, prefix: 
     adapter = RedisNotifyAdapter(
         cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
     )
-    await adapter.connect()
-    adapter.on_reconnect(Recorder())
-    await adapter.listen_job_scheduled(_types_on_every_master(cluster, prefix, 1), Recorder())
-    await adapter.listen_chain_completed("c", Recorder())
-    assert asyncio.all_tasks() != before, "readers run while connected"
+    try:
+        await adapter.connect()
+        adapter.on_reconnect(Recorder())
+        await adapter.listen_job_scheduled(_types_on_every_master(cluster, prefix, 1), Recorder())
+        await adapter.listen_chain_completed("c", Recorder())
+        assert asyncio.all_tasks() != before, "readers run while connected"
 
-    await adapter.close()
+        await adapter.close()
 
-    assert asyncio.all_tasks() == before
+        assert asyncio.all_tasks() == before
+    finally:
+        await adapter.close()  # idempotent: a test failed before its close leaves nothing open
 
 
 async def test_an_unreachable_cluster_fails_connect_naming_the_address_and_leaves_no_task() -> None:

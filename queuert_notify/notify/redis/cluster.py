@@ -201,13 +201,23 @@ class RedisClusterTransport(BudgetChannelAdapter):
         self._subscriber.start()
 
     async def close(self) -> None:
-        """Drop every listener, stop the subscriber, close what the transport opened."""
-        await self._close_once(
-            self._shut_down,
-            self._close_timeout,
-            logger,
-            "redis cluster notify adapter close timed out",
-        )
+        """Drop every listener, stop the subscriber, close what the transport opened.
+        The subscriber gets ``close_timeout``; the cluster client the transport opened
+        is closed even when that ran out (its connections close locally, without an
+        answer from any node)."""
+        try:
+            await self._close_once(
+                self._shut_down,
+                self._close_timeout,
+                logger,
+                "redis cluster notify adapter close timed out",
+            )
+        finally:
+            # Not under the timeout: a subscription stuck on a hanging master must not
+            # leave every node's connection open until the garbage collector finds it.
+            # (Idempotent: a closed RedisCluster's aclose does nothing.)
+            if self._owns_commands:
+                await self._commands.aclose()
 
     async def _shut_down(self) -> None:
         self._reconnect_callbacks.clear()
@@ -215,8 +225,6 @@ class RedisClusterTransport(BudgetChannelAdapter):
         # the listener's unsubscribes then find nothing left to send.
         await self._subscriber.close()
         await self._listener.dispose()
-        if self._owns_commands:
-            await self._commands.aclose()
 
     # -- wake hints ------------------------------------------------------------
 

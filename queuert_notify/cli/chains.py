@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 import click
-from rich.table import Table
 
+from queuert_notify.cli.chain_logs import chains_logs
 from queuert_notify.cli.database import with_client, with_state
 from queuert_notify.cli.options import (
     database_url_option,
@@ -15,7 +15,7 @@ from queuert_notify.cli.options import (
     redis_url_option,
     table_prefix_option,
 )
-from queuert_notify.cli.output import console, record, run, short, to_json, when
+from queuert_notify.cli.output import console, record, run, short, titled_table, to_json, when
 from queuert_notify.cli.types import describe
 from queuert_notify.cli.workers import Unhandled, unhandled
 from state_adapters.model import ALL_STATUSES, unhandled_line
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 @click.group()
 def chains() -> None:
     """Inspect chains, and cancel, retry or delete one."""
+
+
+chains.add_command(chains_logs)
 
 
 @chains.command("list")
@@ -73,7 +76,7 @@ def chains_list(
         listing = {"chains": rows, "next_cursor": page.next_cursor, "paused_types": paused}
         click.echo(to_json({**listing, "unhandled_types": orphans}))
         return
-    table = Table(title="chains")
+    table = titled_table("chains")
     # Ids are what users copy into `chains show`: never wrap or cut them.
     table.add_column("id", no_wrap=True, min_width=max((len(c.id) for c in page.items), default=2))
     for column in ("type", "status", "created", "completed", "output"):
@@ -121,7 +124,7 @@ def chains_show(database_url: str, table_prefix: str, chain_id: str, as_json: bo
         highlight=False,
     )
     console().print(f"output: {short(chain.output, 500)}", highlight=False)
-    table = Table(title="jobs")
+    table = titled_table("jobs")
     table.add_column("#")
     table.add_column("id", no_wrap=True, min_width=max((len(j.id) for j in jobs.items), default=2))
     for column in ("type", "status", "attempt", "scheduled", "input", "error"):

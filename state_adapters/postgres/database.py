@@ -26,7 +26,6 @@ from state_adapters.drivers import (
     sync_driver_for,
     watch_broken_connections,
 )
-from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.model import JobRecord
 from state_adapters.postgres import pooling
 from state_adapters.postgres.statements import (
@@ -44,6 +43,7 @@ from state_adapters.transactions.connection_loss import sqlstate_of
 
 if TYPE_CHECKING:
     from state_adapters.database import Conn, Step, T
+    from state_adapters.health import HealthThresholds, StorageHealth
 
 # SQLSTATEs after which the whole transaction may simply be retried.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}

@@ -141,24 +141,8 @@ class Postgres:
         watch_broken_connections(sync_engine, driver)
 
     async def in_transaction(self, conn: AsyncConnection, step: Step[T]) -> T:
-        """On an autocommit connection (the adapter's own: :attr:`single_writer`, every
-        caller's) each statement commits as it runs, so SQLAlchemy's ``begin()`` and
-        commit send nothing yet cost two greenlet hand-overs per call, a worker's claim
-        and completion included: they are made only if a statement of the step began
-        SQLAlchemy's transaction, so none is left open on a held connection."""
-        sync = conn.sync_connection
-        if sync is None or sync.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
-            async with conn.begin():
-                return await step(conn)
-        try:
-            result = await step(conn)
-        except BaseException:
-            if conn.in_transaction():
-                await conn.rollback()
-            raise
-        if conn.in_transaction():
-            await conn.commit()
-        return result
+        async with conn.begin():
+            return await step(conn)
 
     async def claim_limited(
         self,

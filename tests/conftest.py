@@ -18,12 +18,31 @@ one run of it, so it runs once more before it counts as failed. No other test is
 a lost, doubled or wrong result is a failure the first time."""
 
 
+CLUSTER_NOTIFY_KINDS = ("redis_cluster", "redis_cluster_lists")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _cluster_group(item)
+        if group is not None and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
     if not config.pluginmanager.hasplugin("rerunfailures"):
         return  # a venv without pytest-rerunfailures (the Django 6 run): no re-runs
     for item in items:
         if item.get_closest_marker("timing") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS))
+
+
+def _cluster_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test on the module's ``redis_cluster`` (module scope: six
+    servers started and settled): one per module, so that under ``--dist loadgroup`` one
+    worker starts it, as a serial run does, instead of every worker a test lands on."""
+    callspec = getattr(item, "callspec", None)
+    notify_kind = callspec.params.get("notify_kind") if callspec is not None else None
+    fixturenames: list[str] = getattr(item, "fixturenames", [])
+    if "redis_cluster" in fixturenames or notify_kind in CLUSTER_NOTIFY_KINDS:
+        return f"redis_cluster:{item.nodeid.split('::', 1)[0]}"
+    return None
 
 
 @pytest.fixture(scope="session")

@@ -45,7 +45,8 @@ from tests.support.queue_helpers import ClaimPasses, drop_tables, wait_until
 from tests.support.redis_helpers import delete_prefix
 from tests.support.worker_processes import WorkerProcesses
 
-pytestmark = pytest.mark.timeout(240)
+# The module's PgBouncer (module scope) is started once: one xdist worker runs them all.
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group(__name__)]
 
 POOLER_SETTINGS: dict[str, dict[str, Any]] = {
     "psycopg": {"prepare_threshold": None},

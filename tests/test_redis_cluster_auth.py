@@ -16,6 +16,10 @@ from queuert_notify.testing import Recorder
 from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
 from tests.support.redis_helpers import publish_blocking
 
+# The module's cluster with a password (module scope) is started once: one xdist worker
+# runs every test of the module.
+pytestmark = pytest.mark.xdist_group(__name__)
+
 PASSWORD = "s3cret-cluster"
 
 

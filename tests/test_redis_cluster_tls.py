@@ -18,6 +18,10 @@ from queuert_notify.testing import NotifyAdapterConformance, Recorder
 from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
 from tests.support.redis_helpers import publish_blocking
 
+# The module's TLS cluster (module scope) is started once: one xdist worker
+# runs every test of the module.
+pytestmark = pytest.mark.xdist_group(__name__)
+
 
 @pytest.fixture(scope="module")
 def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:

@@ -8,31 +8,16 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
 
+from benchmarks.services import free_port, wait_for_port
+
 REPO = Path(__file__).resolve().parent.parent
 APP = "benchmarks.chaos_app:build_worker"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.02)
-    raise RuntimeError(f"nothing answers on 127.0.0.1:{port} after {timeout}s")
 
 
 class Processes:
@@ -131,7 +116,7 @@ class Processes:
             stderr=log,
             start_new_session=True,
         )
-        _wait_for_port(self.redis_port)
+        wait_for_port(self.redis_port)
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     def kill_redis(self) -> None:

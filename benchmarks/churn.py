@@ -370,10 +370,7 @@ async def _finished_chains(db: Database) -> set[str]:
 async def run(args: argparse.Namespace) -> str:
     if args.seed is not None:
         random.seed(args.seed)
-    scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
-    unknown = [name for name in scenarios if name not in SCENARIOS]
-    if unknown:
-        raise SystemExit(f"--scenarios: unknown {unknown}; choose from {', '.join(SCENARIOS)}")
+    scenarios = runner.choices(args.scenarios, SCENARIOS, "--scenarios")
     states = [kind.strip() for kind in args.state.split(",") if kind.strip()]
     scale = args.scale
     sections: list[str] = []

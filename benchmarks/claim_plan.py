@@ -20,10 +20,12 @@ import argparse
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import text
 
 from benchmarks import runner, stacks
+from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.model import Completion, NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
 
@@ -88,28 +90,37 @@ def _variant(args: argparse.Namespace, analyzed: bool) -> runner.Variant:
     return runner.Variant("analyzed" if analyzed else "never analyzed", run)
 
 
-async def _claim_server_ms(stack: stacks.Stack, types: list[str], limit: int) -> float:
-    """Planning plus execution time of one claim the adapter sends, run under
-    ``EXPLAIN ANALYZE`` and rolled back."""
+async def explain_claim(
+    state: SqlAlchemyStateAdapter, types: list[str], limit: int, *, buffers: bool = False
+) -> dict[str, Any]:
+    """The JSON document of ``EXPLAIN ANALYZE`` of one claim of ``limit`` jobs of
+    ``types`` as the adapter sends it, rolled back (so nothing is claimed). With
+    ``buffers`` each node also says how many pages it read."""
     now = datetime.now(UTC)
-    query = stack.state.database.sql.claim(
+    query = state.database.sql.claim(
         types, worker_id="w", leased_until=now + timedelta(seconds=60), limit=limit, now=now
     )
-    compiled = query.statement.compile(dialect=stack.engine.dialect)
-    async with stack.engine.connect() as conn:
+    compiled = query.statement.compile(dialect=state.engine.dialect)
+    options = "ANALYZE, BUFFERS, FORMAT JSON" if buffers else "ANALYZE, FORMAT JSON"
+    async with state.engine.connect() as conn:
         plan = await conn.exec_driver_sql(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + str(compiled),
-            {**compiled.params, **query.params},
+            f"EXPLAIN ({options}) " + str(compiled), {**compiled.params, **query.params}
         )
         (document,) = plan.scalar_one()
         await conn.rollback()
+    return dict(document)
+
+
+async def _claim_server_ms(stack: stacks.Stack, types: list[str], limit: int) -> float:
+    """Planning plus execution time of one claim the adapter sends."""
+    document = await explain_claim(stack.state, types, limit)
     return float(document["Planning Time"]) + float(document["Execution Time"])
 
 
 async def run(args: argparse.Namespace) -> str:
     variants = [_variant(args, analyzed=False), _variant(args, analyzed=True)]
     results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {v.name: results.medians(v.name) for v in variants}
+    rows = results.all_medians()
     ratio = results.ratio("never analyzed", "analyzed")["jobs/s"]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return runner.report(

@@ -6,7 +6,10 @@ of its own (five chains each). With ``--baseline DIR`` (a checkout of an older c
 e.g. ``git worktree add /tmp/before <commit>``) the same commands also run with that
 checkout first on ``PYTHONPATH``, alternating round by round with this one, so both
 sides see the same load. Figures are wall-clock and CPU (user + system) milliseconds of
-the command's process, medians over rounds.
+the command's process, medians over rounds. The commands run with bytecode caches, as
+an installed package's do (pip writes them): the warm-up round writes any that are
+missing even where ``PYTHONDONTWRITEBYTECODE`` is set, which otherwise made every run
+compile the project's modules from source (a fifth of ``chains list``'s instructions).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ async def run(args: argparse.Namespace) -> str:
         for engine in engines:
             await engine.dispose()
         shutil.rmtree(workdir, ignore_errors=True)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = results.all_medians()
     return runner.report(
         "CLI start-up",
         [runner.table(rows, first_column="checkout")],
@@ -93,6 +96,7 @@ def _timer(
     """One round: each command once, in a fresh process, with ``checkout`` (if any)
     first on ``PYTHONPATH``."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if checkout is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
 

@@ -28,7 +28,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from benchmarks import runner, services, stacks
 from queuert_notify import ChainSpec, Client, InProcessNotifyAdapter, Worker
 from queuert_notify.dashboard import create_app
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from state_adapters import SqlAlchemyStateAdapter
 
@@ -213,20 +212,12 @@ def _write_cost_variant(
                     count = min(1000, jobs - offset)
                     await client.start_chains([ChainSpec("noop") for _ in range(count)])
                 started = time.perf_counter()
-                done = asyncio.Event()
-                completed = 0
-
-                def on_event(event: WorkerEvent) -> None:
-                    nonlocal completed
-                    if event.kind == "completed":
-                        completed += 1
-                        if completed == jobs:
-                            done.set()
+                completions = stacks.Completions(jobs)
 
                 drain_began = time.perf_counter()
-                async with Worker(client, {"noop": _noop}, concurrency=10, on_event=on_event):
+                async with Worker(client, {"noop": _noop}, concurrency=10, on_event=completions):
                     async with asyncio.timeout(max(120.0, jobs / 50)):
-                        await done.wait()
+                        await completions.done.wait()
                 drained = time.perf_counter()
             return {
                 "start jobs/s (1,000 per tx)": jobs / (started - began),

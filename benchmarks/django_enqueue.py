@@ -196,7 +196,7 @@ async def run(args: argparse.Namespace) -> str:
         connections.close_all()
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = results.all_medians()
     return runner.report(
         "Django: enqueue inside atomic() next to Model.objects.create()",
         [

@@ -39,7 +39,6 @@ from sqlalchemy import select
 
 from benchmarks import runner, stacks
 from queuert_notify.client.chain_spec import ChainSpec
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker, WorkerMode
 
@@ -161,17 +160,7 @@ def _variant(
             await fill(stack, jobs)
             if args.analyze:
                 await stack.analyze()
-            done = asyncio.Event()
-            completed = 0
-            last = cpu_last = 0.0
-
-            def on_event(event: WorkerEvent) -> None:
-                nonlocal completed, last, cpu_last
-                if event.kind == "completed":
-                    completed += 1
-                    if completed == jobs:
-                        last, cpu_last = time.perf_counter(), time.process_time()
-                        done.set()
+            completions = stacks.Completions(jobs)
 
             worker = Worker(
                 await stack.new_client(),
@@ -179,16 +168,16 @@ def _variant(
                 concurrency=args.concurrency,
                 claim_ahead=args.claim_ahead,
                 mode=_MODES[mode],
-                on_event=on_event,
+                on_event=completions,
             )
             started, cpu_started = time.perf_counter(), time.process_time()
             async with worker:
                 async with asyncio.timeout(max(120.0, jobs / 50)):
-                    await done.wait()
+                    await completions.done.wait()
         # Only the worker runs in this process meanwhile: its CPU time, which another
         # load on the machine changes far less than the wall clock.
-        cpu_per_job = (cpu_last - cpu_started) / jobs * 1e6
-        return {"jobs/s": jobs / (last - started), "CPU µs/job": cpu_per_job}
+        cpu_per_job = (completions.cpu_last - cpu_started) / jobs * 1e6
+        return {"jobs/s": jobs / (completions.last - started), "CPU µs/job": cpu_per_job}
 
     name = f"{stacks.label(state_kind, notify_kind)}, {mode}, {jobs:,} jobs"
     if instrumentation != "none":
@@ -197,16 +186,8 @@ def _variant(
 
 
 async def run(args: argparse.Namespace) -> str:
-    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
-    unknown = [mode for mode in modes if mode not in _MODES]
-    if unknown:
-        raise SystemExit(f"--modes: unknown {unknown}; choose from {', '.join(_MODES)}")
-    instrumentations = [name.strip() for name in args.instrumentation.split(",") if name.strip()]
-    unknown = [name for name in instrumentations if name not in _INSTRUMENTATIONS]
-    if unknown:
-        raise SystemExit(
-            f"--instrumentation: unknown {unknown}; choose from {', '.join(_INSTRUMENTATIONS)}"
-        )
+    modes = runner.choices(args.modes, _MODES, "--modes")
+    instrumentations = runner.choices(args.instrumentation, _INSTRUMENTATIONS, "--instrumentation")
     sizes = [int(size) for size in args.jobs.split(",")]
     variants = [
         _variant(state, notify, mode, jobs, instrumentation, args)
@@ -215,8 +196,7 @@ async def run(args: argparse.Namespace) -> str:
         for mode in modes
         for instrumentation in instrumentations
     ]
-    results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = await runner.medians(variants, args.rounds, warmup=0)
     return runner.report(
         "Drain throughput",
         [

@@ -26,7 +26,6 @@ from typing import Any
 
 from benchmarks import runner, stacks
 from queuert_notify.client.chain_spec import ChainSpec
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
 
@@ -61,15 +60,7 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
     poll_interval = args.noop_poll_interval if notify_kind == "noop" else 60.0
 
     async def one_round() -> runner.Figures:
-        done = asyncio.Event()
-        completed = 0
-
-        def on_event(event: WorkerEvent) -> None:
-            nonlocal completed
-            if event.kind == "completed":
-                completed += 1
-                if completed == args.jobs:
-                    done.set()
+        completions = stacks.Completions(args.jobs)
 
         async with (
             stacks.open_stack(state_kind, notify_kind, args) as stack,
@@ -97,7 +88,7 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
                     {"bench-herd": _noop},
                     concurrency=1,
                     poll_interval=poll_interval,
-                    on_event=on_event,
+                    on_event=completions,
                 )
                 claimers[worker.worker_id] = 0
                 await workers.enter_async_context(worker)
@@ -108,7 +99,7 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
             claimers.update(dict.fromkeys(claimers, 0))
             await stack.client.start_chains([ChainSpec("bench-herd") for _ in range(args.jobs)])
             async with asyncio.timeout(poll_interval * 3 + 10):
-                await done.wait()
+                await completions.done.wait()
             await asyncio.sleep(args.settle)
             counted = claims.count
             asked = sum(1 for count in claimers.values() if count)
@@ -132,8 +123,7 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
 
 async def run(args: argparse.Namespace) -> str:
     variants = [_variant(state, notify, args) for state, notify in stacks.combinations(args)]
-    results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = await runner.medians(variants, args.rounds, warmup=0)
     return runner.report(
         "Herd",
         [

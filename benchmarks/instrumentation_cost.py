@@ -145,13 +145,9 @@ def _variant(variant: str, runs: int) -> runner.Variant:
 
 
 async def run(args: argparse.Namespace) -> str:
-    names = [name.strip() for name in args.variants.split(",") if name.strip()]
-    unknown = [name for name in names if name not in _VARIANTS]
-    if unknown:
-        raise SystemExit(f"--variants: unknown {unknown}; choose from {', '.join(_VARIANTS)}")
+    names = runner.choices(args.variants, _VARIANTS, "--variants")
     variants = [_variant(name, args.runs) for name in names]
-    results = await runner.alternate(variants, args.rounds)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = await runner.medians(variants, args.rounds)
     return runner.report(
         "Instrumentation cost",
         [

@@ -93,7 +93,7 @@ async def run(args: argparse.Namespace) -> str:
         for kind in _LIMITS
     ]
     results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = results.all_medians()
     ratios = {}
     for state, notify in stacks.combinations(args):
         plain = f"{stacks.label(state, notify)}, plain"

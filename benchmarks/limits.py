@@ -22,7 +22,6 @@ from datetime import timedelta
 
 from benchmarks import runner, stacks
 from queuert_notify.client.chain_spec import ChainSpec
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
 
@@ -75,30 +74,20 @@ def _variant(
                 )
             elif kind == "keyed":
                 await client.set_limits(_TYPE, key_concurrency=1)
-            done = asyncio.Event()
-            completed = 0
-            last = 0.0
-
-            def on_event(event: WorkerEvent) -> None:
-                nonlocal completed, last
-                if event.kind == "completed":
-                    completed += 1
-                    if completed == jobs:
-                        last = time.perf_counter()
-                        done.set()
+            completions = stacks.Completions(jobs)
 
             worker = Worker(
                 await stack.new_client(),
                 {_TYPE: _noop},
                 concurrency=args.concurrency,
                 mode="staged",
-                on_event=on_event,
+                on_event=completions,
             )
             started = time.perf_counter()
             async with worker:
                 async with asyncio.timeout(max(120.0, jobs / 20)):
-                    await done.wait()
-        return {"jobs/s": jobs / (last - started)}
+                    await completions.done.wait()
+        return {"jobs/s": jobs / (completions.last - started)}
 
     return runner.Variant(_name(state_kind, notify_kind, kind, args), one_round)
 
@@ -119,8 +108,7 @@ async def run(args: argparse.Namespace) -> str:
         for state, notify in stacks.combinations(args)
         for kind in kinds
     ]
-    results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = await runner.medians(variants, args.rounds, warmup=0)
     ratios = {}
     for state, notify in stacks.combinations(args):
         plain = rows[_name(state, notify, "plain", args)]["jobs/s"]

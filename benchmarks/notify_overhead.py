@@ -93,20 +93,13 @@ class _Transport:
     hints: bool = True
 
 
-def _chosen(value: str) -> list[str]:
-    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
-    unknown = [kind for kind in kinds if kind not in ADAPTERS]
-    if unknown or not kinds:
-        raise SystemExit(f"--adapters: unknown {unknown or value!r}; choose from {ADAPTERS}")
-    return kinds
-
-
 @asynccontextmanager
 async def _transports(args: argparse.Namespace, prefix: str) -> AsyncIterator[list[_Transport]]:
     """The chosen transports, with the servers they need; afterwards, what they left
     under ``prefix`` is deleted and a cluster started here is killed."""
     async with AsyncExitStack() as exits:
-        yield [await _transport(kind, args, prefix, exits) for kind in _chosen(args.adapters)]
+        kinds = runner.choices(args.adapters, ADAPTERS, "--adapters")
+        yield [await _transport(kind, args, prefix, exits) for kind in kinds]
 
 
 async def _transport(
@@ -435,7 +428,7 @@ async def run(args: argparse.Namespace) -> str:
 def _rows(results: runner.Results, *ratios: tuple[str, str, str]) -> dict[str, runner.Figures]:
     """Medians per variant, then ``ratio <label>`` rows for each ``(numerator,
     denominator, label)`` that ran, and cluster / single node when both ran."""
-    rows = {name: results.medians(name) for name in results.rounds}
+    rows = results.all_medians()
     for top, bottom, label in (*ratios, (_CLUSTER, _SINGLE, "cluster / single node")):
         if {top, bottom} <= results.rounds.keys():
             rows[f"ratio {label}"] = results.ratio(top, bottom)
@@ -444,7 +437,7 @@ def _rows(results: runner.Results, *ratios: tuple[str, str, str]) -> dict[str, r
 
 async def _server_notes(args: argparse.Namespace) -> list[str]:
     """Versions of the servers the chosen adapters used, and the machine."""
-    chosen = _chosen(args.adapters)
+    chosen = runner.choices(args.adapters, ADAPTERS, "--adapters")
     servers = []
     if "redis" in chosen:
         servers.append(f"Redis {await services.redis_server_version(args.redis_url)}")

@@ -295,7 +295,7 @@ async def _compare(
     ``(column, numerator, denominator, figure)`` of ``ratios`` the median per-round
     ratio of that figure, added as ``column`` on the numerator's row."""
     results = await runner.alternate(_variants(sides, workload, args), args.rounds, warmup=0)
-    rows = {side.name: results.medians(side.name) for side in sides}
+    rows = results.all_medians()
     for column, numerator, denominator, figure in ratios:
         if numerator in rows and denominator in rows:
             rows[numerator][column] = results.ratio(numerator, denominator)[figure]
@@ -428,7 +428,7 @@ async def _drain_section(
     sides = [*ours, *peers.defaults, *peers.matched]
     workload = ["drain", f"--jobs={jobs}", f"--concurrency={args.concurrency}"]
     results = await runner.alternate(_variants(sides, workload, args), args.rounds, warmup=0)
-    rows = {side.name: results.medians(side.name) for side in sides}
+    rows = results.all_medians()
     for side in sides[1:]:
         rows[side.name]["ours (Postgres + Redis, 1 process) / this"] = results.ratio(
             reference, side.name

@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -39,19 +37,12 @@ from queuert_notify.client import ChainSpec, Client
 from queuert_notify.notify.redis import RedisNotifyAdapter
 from queuert_notify.worker import Worker
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from tests.support.e2e_app import effects_table
-from tests.support.pgbouncer import Bouncer, own_pgbouncer
+from tests.support.pgbouncer import POOLER_SETTINGS, Bouncer, own_pgbouncer, worker_fleet
 from tests.support.queue_helpers import drop_tables
 from tests.support.redis_helpers import delete_prefix
-from tests.support.worker_processes import WorkerProcesses
 
 NAME = "pgbouncer"
 HELP = "wake latency and many worker processes through PgBouncer (transaction mode)"
-
-POOLER_SETTINGS: dict[str, dict[str, Any]] = {
-    "psycopg": {"prepare_threshold": None},
-    "asyncpg": {"statement_cache_size": 0, "prepared_statement_cache_size": 0},
-}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,33 +118,6 @@ async def _many_processes(
     args: argparse.Namespace, bouncer: Bouncer, driver: str, direct: AsyncEngine
 ) -> runner.Figures:
     prefix = f"bpgb{random.randrange(16**8):08x}"
-    table_prefix = f"{prefix}_"
-    url = bouncer.url(driver)
-    engine = create_async_engine(url, connect_args=POOLER_SETTINGS[driver])
-    state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
-    await state.migrate()
-    effects = effects_table(table_prefix)
-    async with direct.begin() as conn:
-        await conn.run_sync(effects.create)
-    workers = WorkerProcesses(
-        {
-            "QT_DATABASE_URL": url,
-            "QT_TABLE_PREFIX": table_prefix,
-            "QT_REDIS_URL": args.redis_url,
-            "QT_REDIS_PREFIX": prefix,
-            "QT_CONNECT_ARGS": json.dumps(POOLER_SETTINGS[driver]),
-            "QT_CONCURRENCY": str(args.concurrency),
-        },
-        Path(tempfile.mkdtemp(prefix="bench-pgbouncer-")),
-    )
-    most = 0
-    sampling = True
-
-    async def sample() -> None:
-        nonlocal most
-        while sampling:
-            most = max(most, await asyncio.to_thread(bouncer.server_connections))
-            await asyncio.sleep(0.05)
 
     async def completed(client: Client) -> int:
         return (await client.count_jobs()).get("completed", 0)
@@ -162,11 +126,18 @@ async def _many_processes(
         while await completed(client) < total:  # noqa: ASYNC110 (the count is in SQL)
             await asyncio.sleep(0.05)
 
-    sampler = asyncio.create_task(sample())
-    try:
-        for n in range(args.processes):
-            workers.start(f"w{n}")
-        async with Client(state=state, notify=_redis(args, prefix)) as producer:
+    async with worker_fleet(
+        bouncer,
+        driver,
+        direct,
+        redis_url=args.redis_url,
+        prefix=prefix,
+        processes=args.processes,
+        concurrency=args.concurrency,
+        log_dir=Path(tempfile.mkdtemp(prefix="bench-pgbouncer-")),
+    ) as fleet:
+        effects = fleet.effects
+        async with Client(state=fleet.state, notify=_redis(args, prefix)) as producer:
             # Warm-up: until every process ran a job, so the clock starts on a warm fleet.
             warmed = 0
             while True:
@@ -189,16 +160,9 @@ async def _many_processes(
             ).one()
         if rows != distinct or rows != total:
             raise RuntimeError(f"{rows} effects of {distinct} jobs, {total} started")
-    finally:
-        sampling = False
-        await sampler
-        workers.kill_all()
-        await drop_tables(engine, table_prefix)
-        await engine.dispose()
-        await delete_prefix(args.redis_url, prefix)
     return {
         "jobs/s": (total - warmed) / elapsed,
-        "server connections (max)": float(most),
+        "server connections (max)": float(fleet.most),
     }
 
 
@@ -208,8 +172,7 @@ async def run(args: argparse.Namespace) -> str:
         variants = [
             _wake_variant(args, route, driver) for driver in drivers for route in (None, bouncer)
         ]
-        results = await runner.alternate(variants, args.rounds, warmup=0)
-        wake_rows = {variant.name: results.medians(variant.name) for variant in variants}
+        wake_rows = await runner.medians(variants, args.rounds, warmup=0)
         direct = create_async_engine(args.postgres_url)
         try:
             scale_rows = {

@@ -25,7 +25,6 @@ from collections import defaultdict
 
 from benchmarks import services, stacks
 from benchmarks.drain import fill
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
 
@@ -93,27 +92,19 @@ async def main(args: argparse.Namespace) -> None:
     async with stacks.open_stack(args.state, args.notify, args, pool_size=14) as stack:
         await fill(stack, args.jobs)
         await stack.analyze()
-        done = asyncio.Event()
-        completed = 0
-
-        def on_event(event: WorkerEvent) -> None:
-            nonlocal completed
-            if event.kind == "completed":
-                completed += 1
-                if completed == args.jobs:
-                    done.set()
+        completions = stacks.Completions(args.jobs)
 
         async def noop(job: Job, ctx: JobContext) -> None:
             return None
 
         worker = Worker(
-            await stack.new_client(), {"bench-noop": noop}, concurrency=10, on_event=on_event
+            await stack.new_client(), {"bench-noop": noop}, concurrency=10, on_event=completions
         )
         profile = cProfile.Profile()
         began = time.perf_counter()
         profile.enable()
         async with worker:
-            await done.wait()
+            await completions.done.wait()
         profile.disable()
         wall = (time.perf_counter() - began) / args.jobs * 1e6
         _print(

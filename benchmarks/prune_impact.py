@@ -32,7 +32,6 @@ from sqlalchemy.sql import false
 
 from benchmarks import runner, stacks
 from benchmarks.drain import fill
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
 
@@ -166,23 +165,17 @@ async def _drain(
     # expects no pending job and sorts every one of them at each claim.
     await stack.analyze()
     samples: list[float] = []
-    done = asyncio.Event()
-    completed = 0
-
-    def on_event(event: WorkerEvent) -> None:
-        nonlocal completed
-        if event.kind == "completed":
-            completed += 1
-            if completed == jobs:
-                done.set()
+    completions = stacks.Completions(jobs)
 
     client = await stack.new_client()
     timed = type(client)(state=_TimedClaims(stack.state, samples), notify=client.notify)
-    worker = Worker(timed, {"bench-noop": _noop}, concurrency=args.concurrency, on_event=on_event)
+    worker = Worker(
+        timed, {"bench-noop": _noop}, concurrency=args.concurrency, on_event=completions
+    )
     started = time.perf_counter()
     async with worker:
         async with asyncio.timeout(max(120.0, jobs / 20)):
-            await done.wait()
+            await completions.done.wait()
     elapsed = time.perf_counter() - started
     return {**runner.percentiles(samples), "jobs/s": jobs / elapsed}
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -39,7 +38,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from benchmarks import runner, services, stacks
 from benchmarks.drain import fill
 from queuert_notify.client.chain_spec import ChainSpec
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
 from state_adapters.notifications import wait_for_notifications
@@ -66,9 +64,7 @@ async def _private_redis() -> AsyncIterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-cost needs redis-server on PATH (it starts a private one)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = services.free_port()
     workdir = tempfile.mkdtemp(prefix="queuert-bench-redis-")
     argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     process = await asyncio.create_subprocess_exec(
@@ -198,19 +194,11 @@ async def _per_job(stack: stacks.Stack, log: _CommandLog, jobs: int) -> tuple[ru
     client = await stack.new_client()  # connected (scripts loaded) before counting starts
     await wait_for_notifications()
     await log.mark()
-    done = asyncio.Event()
-    completed = 0
+    completions = stacks.Completions(jobs)
 
-    def on_event(event: WorkerEvent) -> None:
-        nonlocal completed
-        if event.kind == "completed":
-            completed += 1
-            if completed == jobs:
-                done.set()
-
-    async with Worker(client, {"bench-drain": _noop}, on_event=on_event):
+    async with Worker(client, {"bench-drain": _noop}, on_event=completions):
         async with asyncio.timeout(120):
-            await done.wait()
+            await completions.done.wait()
     # Stopped: every completion's notification has gone out.
     await wait_for_notifications()
     commands = await log.mark()

@@ -43,6 +43,11 @@ class Results:
         runs = self.rounds[variant]
         return {name: statistics.median(run[name] for run in runs) for name in runs[0]}
 
+    def all_medians(self) -> dict[str, Figures]:
+        """:meth:`medians` of every variant, in the order the variants were given:
+        a report's table rows."""
+        return {variant: self.medians(variant) for variant in self.rounds}
+
     def ratio(self, numerator: str, denominator: str) -> Figures:
         """Median over rounds of ``numerator / denominator`` per figure both report,
         pairing round i of one with round i of the other (they ran back to back)."""
@@ -73,6 +78,26 @@ async def alternate(variants: Sequence[Variant], rounds: int, *, warmup: int = 1
         for variant in order:
             results.rounds[variant.name].append(await variant.run())
     return results
+
+
+async def medians(
+    variants: Sequence[Variant], rounds: int, *, warmup: int = 1
+) -> dict[str, Figures]:
+    """:func:`alternate`, then the medians of every variant (:meth:`Results.all_medians`):
+    for a report that needs no ratio between rounds."""
+    return (await alternate(variants, rounds, warmup=warmup)).all_medians()
+
+
+def choices(value: str, allowed: Sequence[str], option: str) -> list[str]:
+    """The comma-separated items of ``value``, each one of ``allowed``; anything else
+    (or nothing) ends the benchmark with a message naming ``option`` and the choices."""
+    chosen = [item.strip() for item in value.split(",") if item.strip()]
+    unknown = [item for item in chosen if item not in allowed]
+    if unknown or not chosen:
+        raise SystemExit(
+            f"{option}: unknown {unknown or value!r}; choose from {', '.join(allowed)}"
+        )
+    return chosen
 
 
 def percentiles(samples: Sequence[float]) -> Figures:

@@ -185,11 +185,10 @@ def _variant(driver: str, form: str, args: argparse.Namespace) -> runner.Variant
 
 
 async def run(args: argparse.Namespace) -> str:
-    drivers = _choices(args.drivers, _DRIVERS, "--drivers")
-    forms = _choices(args.forms, _FORMS, "--forms")
+    drivers = runner.choices(args.drivers, _DRIVERS, "--drivers")
+    forms = runner.choices(args.forms, _FORMS, "--forms")
     variants = [_variant(driver, form, args) for driver in drivers for form in forms]
-    results = await runner.alternate(variants, args.rounds)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = await runner.medians(variants, args.rounds)
     return runner.report(
         "Enqueue in the application's transaction",
         [
@@ -209,13 +208,6 @@ async def run(args: argparse.Namespace) -> str:
             runner.machine_notes(),
         ],
     )
-
-
-def _choices(value: str, allowed: tuple[str, ...], option: str) -> list[str]:
-    chosen = [item.strip() for item in value.split(",") if item.strip()]
-    if not chosen or any(item not in allowed for item in chosen):
-        raise SystemExit(f"{option}: choose from {', '.join(allowed)}, got {value!r}")
-    return chosen
 
 
 def _version(name: str) -> str:

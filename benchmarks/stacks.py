@@ -11,7 +11,8 @@ import asyncio
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import AsyncIterator, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +20,9 @@ from typing import Any
 from sqlalchemy import MetaData, event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from benchmarks import services
+from benchmarks import runner, services
 from queuert_notify.client.client import Client
+from queuert_notify.events import WorkerEvent
 from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter
@@ -62,18 +64,9 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 def combinations(args: argparse.Namespace) -> list[tuple[str, str]]:
     """Every (state kind, notify kind) the arguments ask for, state-major."""
-    states = _kinds(args.state, STATE_KINDS, "--state")
-    notifies = _kinds(args.notify, NOTIFY_KINDS, "--notify")
+    states = runner.choices(args.state, STATE_KINDS, "--state")
+    notifies = runner.choices(args.notify, NOTIFY_KINDS, "--notify")
     return [(state, notify) for state in states for notify in notifies]
-
-
-def _kinds(value: str, allowed: Sequence[str], option: str) -> list[str]:
-    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
-    unknown = [kind for kind in kinds if kind not in allowed]
-    if unknown or not kinds:
-        choices = ", ".join(allowed)
-        raise SystemExit(f"{option}: unknown {unknown or value!r}; choose from {choices}")
-    return kinds
 
 
 async def server_notes(args: argparse.Namespace) -> str:
@@ -94,6 +87,25 @@ async def server_notes(args: argparse.Namespace) -> str:
 def label(state_kind: str, notify_kind: str) -> str:
     """``Postgres + Redis``: how a combination is named in tables."""
     return f"{_STATE_LABELS[state_kind]} + {_NOTIFY_LABELS[notify_kind]}"
+
+
+class Completions:
+    """A worker's ``on_event`` counting completed runs: :attr:`done` is set at the
+    ``total``-th, when :attr:`last` and :attr:`cpu_last` take ``time.perf_counter()``
+    and ``time.process_time()`` (the end of a timed drain)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.completed = 0
+        self.done = asyncio.Event()
+        self.last = self.cpu_last = 0.0
+
+    def __call__(self, event: WorkerEvent) -> None:
+        if event.kind == "completed":
+            self.completed += 1
+            if self.completed == self.total:
+                self.last, self.cpu_last = time.perf_counter(), time.process_time()
+                self.done.set()
 
 
 StatementPredicate = Callable[[str, Any], bool]

@@ -166,8 +166,7 @@ async def run(args: argparse.Namespace) -> str:
     variants = [_variant(state, notify, args) for state, notify in combos]
     if args.floor and any(state == "postgres" for state, _ in combos):
         variants.append(_floor_variant(args))
-    results = await runner.alternate(variants, args.rounds)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = await runner.medians(variants, args.rounds)
     notes = [await stacks.server_notes(args), runner.machine_notes()]
     if _FLOOR in rows:
         notes.insert(

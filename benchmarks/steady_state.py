@@ -119,8 +119,7 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
 
 async def run(args: argparse.Namespace) -> str:
     variants = [_variant(state, notify, args) for state, notify in stacks.combinations(args)]
-    results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = await runner.medians(variants, args.rounds, warmup=0)
     offered = f"{args.rate:g} chains/s offered" if args.rate > 0 else "as fast as they can"
     return runner.report(
         "Steady state",

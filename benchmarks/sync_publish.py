@@ -87,7 +87,7 @@ async def run(args: argparse.Namespace) -> str:
             results = await runner.alternate(variants, args.rounds)
         finally:
             await services.delete_redis_prefix(args.redis_url, prefix)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = results.all_medians()
     for wake in WAKES:
         rows[f"wake={wake}: cluster / one server"] = results.ratio(
             f"cluster, wake={wake}", f"one server, wake={wake}"

@@ -127,7 +127,7 @@ async def run(args: argparse.Namespace) -> str:
     for state in states:
         variants += [_client_variant(state, args, folder), _floor_variant(state, args, folder)]
     results = await runner.alternate(variants, args.rounds)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = results.all_medians()
     for state in states:
         ratio = results.ratio(f"{state}, SyncClient", f"{state}, bare driver (floor)")
         rows[f"{state}: SyncClient / floor"] = ratio

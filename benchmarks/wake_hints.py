@@ -91,7 +91,7 @@ async def run(args: argparse.Namespace) -> str:
         await adapter.close()
         await services.delete_redis_prefix(args.redis_url, prefix)
 
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = results.all_medians()
     return runner.report(
         "Wake-hint Lua throughput",
         [

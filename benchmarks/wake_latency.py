@@ -112,8 +112,7 @@ def _variant(state_kind: str, notify_kind: str, args: argparse.Namespace) -> run
 
 async def run(args: argparse.Namespace) -> str:
     variants = [_variant(state, notify, args) for state, notify in stacks.combinations(args)]
-    results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = await runner.medians(variants, args.rounds, warmup=0)
     return runner.report(
         "Wake latency",
         [

@@ -35,7 +35,6 @@ from benchmarks import herd, runner, stacks
 from benchmarks.wake_latency import WakeProbe
 from queuert_notify.client.chain_spec import ChainSpec
 from queuert_notify.client.client import Client
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.notify.redis.adapter import RedisNotifyAdapter, WakeMode
 from queuert_notify.notify.redis.shared import hint_key, issued_key, token_list_key
@@ -91,15 +90,7 @@ async def _latency(stack: stacks.Stack, wake: WakeMode, args: argparse.Namespace
 
 
 async def _herd(stack: stacks.Stack, wake: WakeMode, args: argparse.Namespace) -> runner.Figures:
-    done = asyncio.Event()
-    completed = 0
-
-    def on_event(event: WorkerEvent) -> None:
-        nonlocal completed
-        if event.kind == "completed":
-            completed += 1
-            if completed == args.jobs:
-                done.set()
+    completions = stacks.Completions(args.jobs)
 
     claims = stack.count_statements(herd.is_claim)
     async with AsyncExitStack() as crowd:
@@ -107,13 +98,13 @@ async def _herd(stack: stacks.Stack, wake: WakeMode, args: argparse.Namespace) -
             notify = RedisNotifyAdapter(stack.args.redis_url, prefix=stack.prefix, wake=wake)
             client = await crowd.enter_async_context(Client(state=stack.state, notify=notify))
             await crowd.enter_async_context(
-                Worker(client, {"bench-herd": _noop}, concurrency=1, on_event=on_event)
+                Worker(client, {"bench-herd": _noop}, concurrency=1, on_event=completions)
             )
         await asyncio.sleep(0.5)  # every worker made its start-up claim and sleeps
         claims.count = 0
         await stack.client.start_chains([ChainSpec("bench-herd") for _ in range(args.jobs)])
         async with asyncio.timeout(180):
-            await done.wait()
+            await completions.done.wait()
         await asyncio.sleep(0.5)
     return {"claims per job": claims.count / args.jobs}
 
@@ -194,8 +185,7 @@ async def run(args: argparse.Namespace) -> str:
     if not combos:
         raise SystemExit("--notify: choose redis and/or redis-lists")
     variants = [_variant(state, notify, args) for state, notify in combos]
-    results = await runner.alternate(variants, args.rounds, warmup=0)
-    rows = {variant.name: results.medians(variant.name) for variant in variants}
+    rows = await runner.medians(variants, args.rounds, warmup=0)
     return runner.report(
         "Redis wake modes: Pub/Sub hints vs list tokens",
         [

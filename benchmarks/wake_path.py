@@ -151,8 +151,7 @@ def _costs(rows: dict[str, runner.Figures]) -> dict[str, runner.Figures]:
 
 async def run(args: argparse.Namespace) -> str:
     variants = [_variant(s, n, args) for s, n in stacks.combinations(args) if n != "noop"]
-    results = await runner.alternate(variants, args.rounds)
-    rows = {v.name: results.medians(v.name) for v in variants}
+    rows = await runner.medians(variants, args.rounds)
     return runner.report(
         "Where a wakeup's time goes",
         [

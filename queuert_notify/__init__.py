@@ -5,7 +5,9 @@ none of SQLAlchemy, redis-py or nats-py, so the ``queuert-notify`` command start
 without them (``--help`` in well under half a second) and an adapter whose driver is an
 optional extra imports only when it is used."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from state_adapters import lazy_exports
 
 if TYPE_CHECKING:
     from queuert_notify.client.chain_spec import ChainSpec
@@ -38,52 +40,40 @@ if TYPE_CHECKING:
     from state_adapters.model import WorkerRecord
 
 _ERRORS = "queuert_notify.errors"
-_WHERE = {
-    "ChainInUseError": _ERRORS,
-    "ChainNotFoundError": _ERRORS,
-    "ChainSpec": "queuert_notify.client.chain_spec",
-    "Client": "queuert_notify.client.client",
-    "ConfigurationError": _ERRORS,
-    "DatabaseUnavailableError": _ERRORS,
-    "HealthReport": "state_adapters.health",
-    "HealthThresholds": "state_adapters.health",
-    "InProcessNotifyAdapter": "queuert_notify.notify.in_process",
-    "InvalidInputError": _ERRORS,
-    "Job": "queuert_notify.jobs",
-    "JobContext": "queuert_notify.jobs",
-    "JobLogHandler": "queuert_notify.job_logs",
-    "JobNotFoundError": _ERRORS,
-    "JobOwnershipLostError": _ERRORS,
-    "NatsNotifyAdapter": "queuert_notify.notify.nats",
-    "NoopNotifyAdapter": "queuert_notify.notify.noop",
-    "NotifyAdapter": "queuert_notify.notify.protocol",
-    "NotifyAdapterClosedError": _ERRORS,
-    "PostgresNotifyAdapter": "queuert_notify.notify.postgres",
-    "QueuertError": _ERRORS,
-    "RedisNotifyAdapter": "queuert_notify.notify.redis.adapter",
-    "Schedule": "queuert_notify.maintenance.schedules",
-    "SyncClient": "queuert_notify.client.sync_client",
-    "Unsubscribe": "queuert_notify.notify.protocol",
-    "WaitChainTimeoutError": _ERRORS,
-    "Worker": "queuert_notify.worker.worker",
-    "WorkerEvent": "queuert_notify.events",
-    "WorkerRecord": "state_adapters.model",
-}
-"""Each public name and the module that defines it."""
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'queuert_notify' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(_WHERE[name]), name)
-    globals()[name] = value  # found once: later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_WHERE})
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ChainInUseError": _ERRORS,
+        "ChainNotFoundError": _ERRORS,
+        "ChainSpec": "queuert_notify.client.chain_spec",
+        "Client": "queuert_notify.client.client",
+        "ConfigurationError": _ERRORS,
+        "DatabaseUnavailableError": _ERRORS,
+        "HealthReport": "state_adapters.health",
+        "HealthThresholds": "state_adapters.health",
+        "InProcessNotifyAdapter": "queuert_notify.notify.in_process",
+        "InvalidInputError": _ERRORS,
+        "Job": "queuert_notify.jobs",
+        "JobContext": "queuert_notify.jobs",
+        "JobLogHandler": "queuert_notify.job_logs",
+        "JobNotFoundError": _ERRORS,
+        "JobOwnershipLostError": _ERRORS,
+        "NatsNotifyAdapter": "queuert_notify.notify.nats",
+        "NoopNotifyAdapter": "queuert_notify.notify.noop",
+        "NotifyAdapter": "queuert_notify.notify.protocol",
+        "NotifyAdapterClosedError": _ERRORS,
+        "PostgresNotifyAdapter": "queuert_notify.notify.postgres",
+        "QueuertError": _ERRORS,
+        "RedisNotifyAdapter": "queuert_notify.notify.redis.adapter",
+        "Schedule": "queuert_notify.maintenance.schedules",
+        "SyncClient": "queuert_notify.client.sync_client",
+        "Unsubscribe": "queuert_notify.notify.protocol",
+        "WaitChainTimeoutError": _ERRORS,
+        "Worker": "queuert_notify.worker.worker",
+        "WorkerEvent": "queuert_notify.events",
+        "WorkerRecord": "state_adapters.model",
+    },
+)
 
 
 __all__ = [

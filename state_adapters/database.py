@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 
 from state_adapters.errors import ConfigurationError, mask_url
-from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.schema import Tables
 from state_adapters.sqlite.connections import SqliteSynchronous, check_synchronous
 from state_adapters.sqlite.driver import DriverTransaction
@@ -28,6 +27,9 @@ from state_adapters.statements.compiled import CompiledStatement
 from state_adapters.statements.queue import Statements
 from state_adapters.steps.completion import Completed, FinishedJob
 from state_adapters.steps.limited_claims import LimitedClaim
+
+if TYPE_CHECKING:
+    from state_adapters.health import HealthThresholds, StorageHealth
 
 Conn = AsyncConnection | DriverTransaction
 """Where the adapter's repeated statements run: a SQLAlchemy connection, or on

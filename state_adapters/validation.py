@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from state_adapters.errors import InvalidInputError
-from state_adapters.model import Completion, ContinueWith, NewChain, NewJob
+from state_adapters.model import Completion, ContinueWith, JobLogLine, NewChain, NewJob
 from state_adapters.schema import ID_LENGTH, SCHEDULE_NAME_LENGTH
 
 MAX_TYPE_NAME_LENGTH = 200
@@ -107,6 +107,13 @@ def check_limit_count(value: object, what: str, highest: int) -> int | None:
             f"{what} must be None (no limit) or an int from 1 to {highest}, got {value!r}"
         )
     return value
+
+
+def window_seconds(per: object) -> float | None:
+    """A rate limit's window ``per`` (a ``timedelta``, or ``None`` for none) in seconds."""
+    if per is not None and not isinstance(per, timedelta):
+        raise InvalidInputError(f"per must be a timedelta (or None), got {per!r}")
+    return None if per is None else per.total_seconds()
 
 
 def check_limits(
@@ -415,14 +422,18 @@ def new_chain(
     return replace(chain, validated=True)
 
 
-def completion(job_id: str, lease_token: str, result: Any) -> Completion:
+def completion(
+    job_id: str, lease_token: str, result: Any, log_lines: Sequence[JobLogLine] = ()
+) -> Completion:
     """A validated :class:`Completion` of a handler's ``result``: its output (JSON), or
-    the ``ContinueWith`` it returned."""
+    the ``ContinueWith`` it returned; with the attempt's last ``log_lines``."""
     if isinstance(result, ContinueWith):
         check_new_job(result.job)
-        return Completion(job_id, lease_token, continue_with=result, validated=True)
+        return Completion(
+            job_id, lease_token, continue_with=result, log_lines=log_lines, validated=True
+        )
     check_json(result, "the handler's output")
-    return Completion(job_id, lease_token, output=result, validated=True)
+    return Completion(job_id, lease_token, output=result, log_lines=log_lines, validated=True)
 
 
 def check_new_job(job: object) -> None:

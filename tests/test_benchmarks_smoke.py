@@ -432,6 +432,9 @@ async def test_dashboard_write_cost_compares_with_and_without_its_indexes() -> N
 async def test_peers_runs_every_workload_for_ours_and_the_floors(
     redis_url: str, postgres_url: str, nats_url: str
 ) -> None:
+    # Over 20 s on a loaded machine, justified: each of the twenty sides is a driver
+    # process of its own (~1 s of imports) with a database created and dropped for it,
+    # and no flag leaves out a side without leaving its row untested.
     # Ours only: the peers' sides need virtualenvs installed from PyPI (network, a
     # minute or two the first time, and Python 3.12 for Oban), which CI cannot count on;
     # their drivers run in `python -m benchmarks peers` itself (docs/benchmarks.md).
@@ -626,6 +629,8 @@ def _table_cells(report: str) -> list[dict[str, str]]:
 async def test_churn_loses_no_job_completes_none_twice_and_holds_every_cap(
     postgres_url: str,
 ) -> None:
+    # Over 20 s, justified: each of the nine scenarios starts, SIGKILLs and stops worker
+    # processes (and a private Redis, twice): the time is theirs, not the jobs' (--scale=0.01).
     if shutil.which("redis-server") is None:
         pytest.skip("churn starts and kills its own redis-server, which is not installed")
     report = await run_benchmark(

@@ -7,13 +7,13 @@ as the same claim on a freshly analyzed table."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from benchmarks import claim_plan
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
@@ -48,19 +48,8 @@ async def fill(state: SqlAlchemyStateAdapter) -> None:
 
 
 async def explain_claim(state: SqlAlchemyStateAdapter, types: list[str]) -> dict[str, Any]:
-    """EXPLAIN ANALYZE of the claim the adapter sends, rolled back."""
-    now = datetime.now(UTC)
-    query = state.database.sql.claim(
-        types, worker_id="w", leased_until=now + timedelta(seconds=60), limit=LIMIT, now=now
-    )
-    compiled = query.statement.compile(dialect=state.engine.dialect)
-    async with state.engine.connect() as conn:
-        plan = await conn.exec_driver_sql(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + str(compiled),
-            {**compiled.params, **query.params},
-        )
-        (document,) = plan.scalar_one()
-        await conn.rollback()
+    """The plan of the claim the adapter sends, with the pages each node read."""
+    document = await claim_plan.explain_claim(state, types, LIMIT, buffers=True)
     return dict(document["Plan"])
 
 

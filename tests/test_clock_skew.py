@@ -102,7 +102,8 @@ async def test_a_worker_whose_clock_runs_ahead_reaps_no_live_job(
     client: Client, workers: WorkerProcesses, effects: Any, engine: AsyncEngine
 ) -> None:
     """Lease 4 s, renewed every third of it; jobs of 8 s on a sound worker; a worker 30 s
-    ahead reaps every second: no job is taken from the sound worker."""
+    ahead reaps every second: no job is taken from the sound worker. (The 8 s are the
+    test's length: the jobs must outlast the fast worker's start-up and its reaps.)"""
     settings = {"QT_CONCURRENCY": "4", "QT_POLL": "0.5", "QT_LEASE": "4", "QT_REAP": "1"}
     workers.start("sound", **settings)
     await _started(workers, "sound")

@@ -22,7 +22,9 @@ from queuert_notify.notify.redis.cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import Recorder
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.notifications import NotificationBuffer
-from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.leaks import connections_to, unclosed_reports
+from tests.support.queue_helpers import wait_until
+from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
 
 
 @pytest.fixture
@@ -37,8 +39,12 @@ async def adapters(
 ) -> AsyncIterator[tuple[RedisNotifyAdapter, RedisNotifyAdapter]]:
     """A listening adapter and a publishing one, on the same prefix."""
     async with (
-        RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as listener,
-        RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as publisher,
+        RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        ) as listener,
+        RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        ) as publisher,
     ):
         yield listener, publisher
 
@@ -93,7 +99,9 @@ async def test_a_worker_with_a_60s_poll_runs_every_job_through_a_masters_death(
         return int(job.input["n"])
 
     def notify() -> RedisNotifyAdapter:
-        return RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True)
+        return RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        )
 
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}")
     try:
@@ -136,7 +144,9 @@ async def test_a_sync_clients_publisher_follows_a_killed_master_to_its_replica(
     heard, reconnects = Recorder(), Recorder()
     listener.on_reconnect(reconnects)
     await listener.listen_job_scheduled([type_name], heard)
-    publisher = RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True).blocking_publisher()
+    publisher = RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ).blocking_publisher()
     try:
         await asyncio.to_thread(publisher.publish, notes)  # its slot map names ``doomed``
         await heard.wait_for(1, within=5.0)
@@ -192,22 +202,25 @@ async def test_close_while_a_master_is_down_is_prompt_and_leaves_no_task(
     adapter = RedisNotifyAdapter(
         cluster.url, prefix=prefix, cluster=True, close_timeout=30.0, connect_timeout=30.0
     )
-    await adapter.connect()
-    reconnects = Recorder()
-    adapter.on_reconnect(reconnects)
-    await adapter.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
+    try:
+        await adapter.connect()
+        reconnects = Recorder()
+        adapter.on_reconnect(reconnects)
+        await adapter.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
 
-    await asyncio.to_thread(cluster.kill, doomed)
-    await reconnects.wait_for(1, within=10.0)
-    await asyncio.sleep(0.3)  # the reconciler is retrying against the dead master now
+        await asyncio.to_thread(cluster.kill, doomed)
+        await reconnects.wait_for(1, within=10.0)
+        await asyncio.sleep(0.3)  # the reconciler is retrying against the dead master now
 
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await adapter.close()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await adapter.close()
 
-    assert loop.time() - started < 10.0  # not a 30 s wait; room for a stall
-    assert asyncio.all_tasks() == before
-    await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+        assert loop.time() - started < 10.0  # not a 30 s wait; room for a stall
+        assert asyncio.all_tasks() == before
+        await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+    finally:
+        await adapter.close()  # idempotent: a test failed before its close leaves nothing open
 
 
 async def test_a_listen_on_a_slot_moved_behind_the_adapters_back_still_subscribes_where_it_lives(
@@ -245,7 +258,9 @@ async def test_a_master_that_hangs_without_closing_its_socket_is_left_by_the_slo
     doomed = cluster.masters()[0]
     replica = cluster.replica_of(doomed)
     type_name = _type_on(cluster, prefix, doomed)
-    async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as listener:
+    async with RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ) as listener:
         reconnects, scheduled = Recorder(), Recorder()
         listener.on_reconnect(reconnects)
         await listener.listen_job_scheduled([type_name], scheduled)
@@ -254,9 +269,41 @@ async def test_a_master_that_hangs_without_closing_its_socket_is_left_by_the_slo
         try:
             await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
             await reconnects.wait_for(2, within=20.0)
-            async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as publisher:
+            async with RedisNotifyAdapter(
+                cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+            ) as publisher:
                 await publisher.notify_job_scheduled(type_name)
                 await scheduled.wait_for(1, within=5.0)
         finally:
             await asyncio.to_thread(cluster.resume, doomed)
         assert scheduled.calls == [(type_name,)]
+
+
+async def test_a_close_held_up_by_a_hanging_master_still_closes_the_cluster_client(
+    cluster: LocalRedisCluster, prefix: str
+) -> None:
+    """A subscription stuck on a master that hangs (its kernel accepts the connection,
+    nothing answers) holds the close up past ``close_timeout``; the cluster client the
+    adapter opened is closed all the same: no node is left connected for the garbage
+    collector, which redis-py reports as "Unclosed ClusterNode object"."""
+    doomed = cluster.masters()[0]
+    with unclosed_reports() as reports:
+        adapter = RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, close_timeout=1.0, connect_timeout=60.0
+        )
+        await adapter.connect()
+        before = connections_to(doomed)
+        await asyncio.to_thread(cluster.pause, doomed)
+        try:
+            stuck = asyncio.create_task(
+                adapter.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
+            )
+            # The subscriber's connection is open: its handshake waits for the master.
+            await wait_until(lambda: connections_to(doomed) > before, timeout=30.0)
+            await adapter.close()
+            stuck.cancel()
+            await asyncio.gather(stuck, return_exceptions=True)
+        finally:
+            await asyncio.to_thread(cluster.resume, doomed)
+        del adapter, stuck
+    assert reports == []

@@ -19,7 +19,7 @@ from queuert_notify import RedisNotifyAdapter
 from queuert_notify.notify.redis.lists_lines import SOCKET_TIMEOUT
 from queuert_notify.testing import Recorder
 from tests.support.queue_helpers import wait_until
-from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
 from tests.test_redis_cluster_lists import lists_adapter, tokens_of
 
 
@@ -144,20 +144,28 @@ async def test_close_while_a_master_is_down_is_bounded_and_leaves_no_task(
     # about 3.5 s at worst) ends within it on a stalled machine too; the bound below
     # still holds the close to it.
     consumer = RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, wake="lists", close_timeout=8.0
+        cluster.url,
+        prefix=prefix,
+        cluster=True,
+        wake="lists",
+        close_timeout=8.0,
+        connect_timeout=CLUSTER_CONNECT_TIMEOUT,
     )
-    await consumer.connect()
-    reconnects = Recorder()
-    consumer.on_reconnect(reconnects)
-    await consumer.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
+    try:
+        await consumer.connect()
+        reconnects = Recorder()
+        consumer.on_reconnect(reconnects)
+        await consumer.listen_job_scheduled([_type_on(cluster, prefix, doomed)], Recorder())
 
-    await asyncio.to_thread(cluster.kill, doomed)
-    await reconnects.wait_for(1, within=10)
+        await asyncio.to_thread(cluster.kill, doomed)
+        await reconnects.wait_for(1, within=10)
 
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await consumer.close()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await consumer.close()
 
-    assert loop.time() - started < 8.0 + 2.5  # close_timeout, and room for a stalled machine
-    assert asyncio.all_tasks() == before
-    await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+        assert loop.time() - started < 8.0 + 2.5  # close_timeout, and room for a stalled machine
+        assert asyncio.all_tasks() == before
+        await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
+    finally:
+        await consumer.close()  # idempotent: a test failed before its close leaves nothing open

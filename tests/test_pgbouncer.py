@@ -8,7 +8,6 @@ connections."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -39,20 +38,12 @@ from queuert_notify.cli import main
 from queuert_notify.dashboard import create_app
 from queuert_notify.testing import run_until_idle
 from state_adapters import SqlAlchemyStateAdapter
-from tests.support.e2e_app import effects_table
-from tests.support.pgbouncer import Bouncer, own_pgbouncer
+from tests.support.pgbouncer import POOLER_SETTINGS, Bouncer, own_pgbouncer, worker_fleet
 from tests.support.queue_helpers import ClaimPasses, drop_tables, wait_until
 from tests.support.redis_helpers import delete_prefix
-from tests.support.worker_processes import WorkerProcesses
 
 # The module's PgBouncer (module scope) is started once: one xdist worker runs them all.
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group(__name__)]
-
-POOLER_SETTINGS: dict[str, dict[str, Any]] = {
-    "psycopg": {"prepare_threshold": None},
-    "asyncpg": {"statement_cache_size": 0, "prepared_statement_cache_size": 0},
-}
-"""The engine settings docs/databases.md gives for PgBouncer, per driver."""
 
 
 @pytest.fixture(scope="module")
@@ -307,40 +298,18 @@ async def test_eight_worker_processes_share_ten_server_connections(
     tmp_path: Path,
 ) -> None:
     total, processes = 400, 8
-    table_prefix = f"{prefix}_"
-    url = bouncer.url(driver)
-    engine = create_async_engine(url, connect_args=POOLER_SETTINGS[driver])
-    state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
-    await state.migrate()
-    effects = effects_table(table_prefix)
-    async with direct.begin() as conn:
-        await conn.run_sync(effects.create)
-    workers = WorkerProcesses(
-        {
-            "QT_DATABASE_URL": url,
-            "QT_TABLE_PREFIX": table_prefix,
-            "QT_REDIS_URL": redis_url,
-            "QT_REDIS_PREFIX": prefix,
-            "QT_CONNECT_ARGS": json.dumps(POOLER_SETTINGS[driver]),
-            "QT_CONCURRENCY": "10",
-        },
-        tmp_path,
-    )
-    most = 0
-    sampling = True
-
-    async def sample() -> None:
-        nonlocal most
-        while sampling:
-            most = max(most, await asyncio.to_thread(bouncer.server_connections))
-            await asyncio.sleep(0.05)
-
-    sampler = asyncio.create_task(sample())
-    try:
-        for n in range(processes):
-            workers.start(f"w{n}")
+    async with worker_fleet(
+        bouncer,
+        driver,
+        direct,
+        redis_url=redis_url,
+        prefix=prefix,
+        processes=processes,
+        concurrency=10,
+        log_dir=tmp_path,
+    ) as fleet:
         async with Client(
-            state=state, notify=RedisNotifyAdapter(redis_url, prefix=prefix)
+            state=fleet.state, notify=RedisNotifyAdapter(redis_url, prefix=prefix)
         ) as producer:
             began = time.monotonic()
             for start in range(0, total, 20):
@@ -355,17 +324,13 @@ async def test_eight_worker_processes_share_ten_server_connections(
             elapsed = time.monotonic() - began
         async with direct.connect() as conn:
             rows, distinct = (
-                await conn.execute(select(func.count(), func.count(effects.c.job_id.distinct())))
+                await conn.execute(
+                    select(func.count(), func.count(fleet.effects.c.job_id.distinct()))
+                )
             ).one()
         assert (rows, distinct) == (total, total)  # every job's effect committed once
-        assert 0 < most <= 10
+        assert 0 < fleet.most <= 10
         print(
             f"{driver}: {total} jobs by {processes} processes x 10 slots through PgBouncer "
-            f"in {elapsed:.1f}s; at most {most} server connections"
+            f"in {elapsed:.1f}s; at most {fleet.most} server connections"
         )
-    finally:
-        sampling = False
-        await sampler
-        workers.kill_all()
-        await engine.dispose()
-        await delete_prefix(redis_url, prefix)

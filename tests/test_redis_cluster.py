@@ -24,7 +24,7 @@ from queuert_notify.notify.redis.cluster import cluster_hint_key, cluster_name
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
 from queuert_notify.testing.notify_conformance import ForceReconnect, PoisonBudget
 from tests.support.queue_helpers import all_but_the_slowest
-from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
 from tests.support.redis_helpers import poison_redis_budget
 from tests.support.services import free_port
 
@@ -59,7 +59,9 @@ class TestRedisClusterNotifyAdapter(NotifyAdapterConformance):
     async def adapter(
         self, cluster: LocalRedisCluster, prefix: str
     ) -> AsyncIterator[RedisNotifyAdapter]:
-        async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as adapter:
+        async with RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        ) as adapter:
             yield adapter
 
     @pytest.fixture
@@ -92,7 +94,12 @@ class TestRedisClusterNotifyAdapter(NotifyAdapterConformance):
 async def test_twenty_listeners_budget_of_three_exactly_three_wake(
     cluster: LocalRedisCluster, prefix: str
 ) -> None:
-    adapters = [RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) for _ in range(20)]
+    adapters = [
+        RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        )
+        for _ in range(20)
+    ]
     results: list[bool] = []
     done = Recorder()
     try:
@@ -131,7 +138,9 @@ def test_names_of_different_values_never_collide() -> None:
 async def test_a_type_name_with_a_brace_gets_its_budget_and_its_wakeup(
     cluster: LocalRedisCluster, prefix: str
 ) -> None:
-    async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as adapter:
+    async with RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ) as adapter:
         rec = Recorder()
         await adapter.listen_job_scheduled(["odd}name", "{plain}"], rec)
         await adapter.notify_jobs_scheduled({"odd}name": 1, "{plain}": 1})
@@ -147,7 +156,9 @@ async def test_notify_jobs_scheduled_runs_one_script_per_slot_on_the_slots_maste
     broadcast: no PUBLISH anywhere, one EVALSHA per slot, SPUBLISH where the slot lives."""
     types = _types_on_every_master(cluster, prefix, per_master=2)
     counts = {name: 2 for name in types}
-    async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as adapter:
+    async with RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ) as adapter:
         rec = Recorder()
         await adapter.listen_job_scheduled(types, rec)
         before = {port: cluster.command_calls(port) for port in cluster.masters()}
@@ -171,7 +182,9 @@ async def test_one_subscriber_connection_per_master_that_owns_a_subscribed_slot(
     cluster: LocalRedisCluster, prefix: str
 ) -> None:
     types = _types_on_every_master(cluster, prefix, per_master=5)
-    async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as adapter:
+    async with RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ) as adapter:
         unsubscribes = [await adapter.listen_job_scheduled(types, Recorder())]
         for index in range(10):
             unsubscribes.append(await adapter.listen_chain_completed(f"chain-{index}", Recorder()))
@@ -193,7 +206,9 @@ async def test_a_master_with_no_subscribed_slot_gets_no_subscriber_connection(
 ) -> None:
     one_master = _types_on_every_master(cluster, prefix, per_master=1)[0]
     owner = cluster.owner_of(cluster_name(prefix, "sched", one_master))
-    async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as adapter:
+    async with RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ) as adapter:
         await adapter.listen_job_scheduled([one_master], Recorder())
         connections = {
             port: cluster.shard_subscriber_connections(port) for port in cluster.masters()
@@ -209,8 +224,12 @@ async def test_no_delivery_waits_for_another_nodes_read_timeout(
     message wait for the other nodes' one-second read timeouts."""
     types = _types_on_every_master(cluster, prefix, per_master=2)
     async with (
-        RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as listener,
-        RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as publisher,
+        RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        ) as listener,
+        RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        ) as publisher,
     ):
         rec = Recorder()
         await listener.listen_job_scheduled(types, rec)
@@ -230,7 +249,9 @@ async def test_malformed_payloads_from_strangers_are_ignored_and_counted(
 ) -> None:
     stranger = RedisCluster.from_url(cluster.url)
     try:
-        async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as adapter:
+        async with RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        ) as adapter:
             scheduled = Recorder()
             await adapter.listen_job_scheduled(["t"], scheduled)
             channel = cluster_name(prefix, "sched", "t")
@@ -264,16 +285,21 @@ async def test_a_caller_owned_cluster_client_is_used_and_never_closed(
 
 async def test_close_leaves_no_task_running(cluster: LocalRedisCluster, prefix: str) -> None:
     before = asyncio.all_tasks()
-    adapter = RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True)
-    await adapter.connect()
-    adapter.on_reconnect(Recorder())
-    await adapter.listen_job_scheduled(_types_on_every_master(cluster, prefix, 1), Recorder())
-    await adapter.listen_chain_completed("c", Recorder())
-    assert asyncio.all_tasks() != before, "readers run while connected"
+    adapter = RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    )
+    try:
+        await adapter.connect()
+        adapter.on_reconnect(Recorder())
+        await adapter.listen_job_scheduled(_types_on_every_master(cluster, prefix, 1), Recorder())
+        await adapter.listen_chain_completed("c", Recorder())
+        assert asyncio.all_tasks() != before, "readers run while connected"
 
-    await adapter.close()
+        await adapter.close()
 
-    assert asyncio.all_tasks() == before
+        assert asyncio.all_tasks() == before
+    finally:
+        await adapter.close()  # idempotent: a test failed before its close leaves nothing open
 
 
 async def test_an_unreachable_cluster_fails_connect_naming_the_address_and_leaves_no_task() -> None:

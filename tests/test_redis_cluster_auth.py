@@ -13,7 +13,11 @@ from redis.exceptions import RedisClusterException
 
 from queuert_notify import ConfigurationError, RedisNotifyAdapter
 from queuert_notify.testing import Recorder
-from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
+from tests.support.redis_cluster import (
+    CLUSTER_CONNECT_TIMEOUT,
+    LocalRedisCluster,
+    local_redis_cluster,
+)
 from tests.support.redis_helpers import publish_blocking
 
 # The module's cluster with a password (module scope) is started once: one xdist worker
@@ -31,7 +35,9 @@ def auth_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedi
 async def test_a_password_in_the_url_reaches_every_subscriber_connection(
     auth_cluster: LocalRedisCluster, prefix: str
 ) -> None:
-    async with RedisNotifyAdapter(auth_cluster.url, prefix=prefix, cluster=True) as adapter:
+    async with RedisNotifyAdapter(
+        auth_cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ) as adapter:
         rec = Recorder()
         types = [f"type-{index}" for index in range(12)]  # spread over every master
         await adapter.listen_job_scheduled(types, rec)
@@ -71,11 +77,19 @@ async def test_a_sync_clients_publisher_authenticates_with_the_password_in_the_u
     auth_cluster: LocalRedisCluster, prefix: str
 ) -> None:
     types = [f"type-{index}" for index in range(12)]  # spread over every master
-    async with RedisNotifyAdapter(auth_cluster.url, prefix=prefix, cluster=True) as listener:
+    async with RedisNotifyAdapter(
+        auth_cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ) as listener:
         rec = Recorder()
         await listener.listen_job_scheduled(types, rec)
         await publish_blocking(
-            RedisNotifyAdapter(auth_cluster.url, prefix=prefix, cluster=True), types
+            RedisNotifyAdapter(
+                auth_cluster.url,
+                prefix=prefix,
+                cluster=True,
+                connect_timeout=CLUSTER_CONNECT_TIMEOUT,
+            ),
+            types,
         )
         await rec.wait_for(len(types), within=5.0)
     auth_cluster.delete_prefix(prefix)

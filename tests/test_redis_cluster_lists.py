@@ -26,7 +26,7 @@ from queuert_notify.notify.redis.shared import (
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
 from queuert_notify.testing.notify_conformance import ForceReconnect, PoisonBudget
 from tests.support.queue_helpers import wait_until
-from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
 
 
 @pytest.fixture
@@ -37,7 +37,13 @@ def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedi
 
 
 def lists_adapter(cluster: LocalRedisCluster, prefix: str) -> RedisNotifyAdapter:
-    return RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True, wake="lists")
+    return RedisNotifyAdapter(
+        cluster.url,
+        prefix=prefix,
+        cluster=True,
+        wake="lists",
+        connect_timeout=CLUSTER_CONNECT_TIMEOUT,
+    )
 
 
 def tokens_of(prefix: str, type_name: str) -> str:

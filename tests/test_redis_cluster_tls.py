@@ -15,7 +15,11 @@ from redis.asyncio.cluster import RedisCluster
 
 from queuert_notify import ConfigurationError, RedisNotifyAdapter
 from queuert_notify.testing import NotifyAdapterConformance, Recorder
-from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
+from tests.support.redis_cluster import (
+    CLUSTER_CONNECT_TIMEOUT,
+    LocalRedisCluster,
+    local_redis_cluster,
+)
 from tests.support.redis_helpers import publish_blocking
 
 # The module's TLS cluster (module scope) is started once: one xdist worker
@@ -56,7 +60,9 @@ class TestRedisClusterOverTls(NotifyAdapterConformance):
     async def adapter(
         self, cluster: LocalRedisCluster, prefix: str
     ) -> AsyncIterator[RedisNotifyAdapter]:
-        async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as adapter:
+        async with RedisNotifyAdapter(
+            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+        ) as adapter:
             yield adapter
 
     @pytest.fixture
@@ -75,7 +81,9 @@ async def test_a_rediss_url_subscribes_on_every_master_over_tls(
     cluster: LocalRedisCluster, prefix: str
 ) -> None:
     assert cluster.url.startswith("rediss://")
-    async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as adapter:
+    async with RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ) as adapter:
         rec = Recorder()
         types = [f"type-{index}" for index in range(12)]  # spread over every master
         await adapter.listen_job_scheduled(types, rec)
@@ -91,10 +99,17 @@ async def test_a_sync_clients_publisher_reaches_every_master_over_tls_from_the_u
     cluster: LocalRedisCluster, prefix: str
 ) -> None:
     types = [f"type-{index}" for index in range(12)]  # spread over every master
-    async with RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True) as listener:
+    async with RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    ) as listener:
         rec = Recorder()
         await listener.listen_job_scheduled(types, rec)
-        await publish_blocking(RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True), types)
+        await publish_blocking(
+            RedisNotifyAdapter(
+                cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+            ),
+            types,
+        )
         await rec.wait_for(len(types), within=5.0)
         assert sorted(call[0] for call in rec.calls) == sorted(types)
 

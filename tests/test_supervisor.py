@@ -53,6 +53,9 @@ def _alive(pid: int) -> bool:
 async def test_a_sigkilled_worker_process_is_restarted_and_every_job_completes_once(
     client: Client, workers: WorkerProcesses, effects: Any, engine: AsyncEngine
 ) -> None:
+    # ~8 s on a quiet machine, all but ~1 s of it three processes starting, a fourth
+    # replacing the killed one and its jobs' 2 s leases running out: fewer jobs would
+    # only let the kill land after the run.
     total = 200
     supervisor = workers.start_supervisor(
         "supervisor", 2, QT_CONCURRENCY="4", QT_LEASE="2", QT_POLL="0.5", QT_REAP="0.5"

@@ -28,7 +28,7 @@ from queuert_notify.notify.redis.cluster import NOTIFY_JOBS_SCHEDULED_SHARDED, c
 from queuert_notify.notify.redis.shared import PUSH_WAKE_TOKENS, hash_tag, issued_key
 from queuert_notify.testing import Recorder
 from queuert_notify.worker.worker import Worker
-from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
 from tests.support.services import free_port
 from tests.test_redis_cluster_lists import tokens_of, types_on_every_master
 
@@ -46,7 +46,9 @@ def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedi
 
 
 def adapter(cluster: LocalRedisCluster, prefix: str, wake: WakeMode) -> RedisNotifyAdapter:
-    return RedisNotifyAdapter(cluster.url, prefix=prefix, cluster=True, wake=wake)
+    return RedisNotifyAdapter(
+        cluster.url, prefix=prefix, cluster=True, wake=wake, connect_timeout=CLUSTER_CONNECT_TIMEOUT
+    )
 
 
 def start_in_thread(

@@ -12,6 +12,7 @@ from queuert_notify.client.client import Client
 from queuert_notify.errors import JobOwnershipLostError
 from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
+from queuert_notify.notify.in_process import InProcessNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.worker.worker import Worker
 from tests.support.queue_helpers import job_events, wait_until
@@ -166,3 +167,35 @@ async def test_forged_ownership_lost_notification_does_not_cancel_a_job_still_ow
         await notify.notify_job_ownership_lost(chain.id)
         done = await client.await_chain(chain.id, timeout=5)
     assert done.output == "survived"
+
+
+class _PerJobOwnershipOnly(InProcessNotifyAdapter):
+    """Like Redis Cluster's channel per job: no one channel carries every job's loss."""
+
+    async def listen_every_job_ownership_lost(self, callback: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
+async def test_a_run_listens_on_its_own_where_no_channel_carries_every_jobs_loss(
+    state: Any,
+) -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async with Client(state=state, notify=_PerJobOwnershipOnly()) as client:
+        chain = await client.start_chain("long")
+        # The lease (30 s) is far longer than the wait: only the run's own listen cancels it.
+        async with Worker(client, {"long": handler}, lease=30):
+            await asyncio.wait_for(started.wait(), 5)
+            await client.cancel_chain(chain.id)
+            await asyncio.wait_for(cancelled.wait(), 5)
+        assert (await client.get_chain(chain.id)).status == "cancelled"

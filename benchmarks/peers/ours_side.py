@@ -27,7 +27,6 @@ from sqlalchemy.engine import make_url
 from benchmarks import stacks
 from benchmarks.peers import workloads
 from queuert_notify.client.chain_spec import ChainSpec
-from queuert_notify.events import WorkerEvent
 from queuert_notify.jobs import Job, JobContext
 from queuert_notify.worker.worker import Worker
 
@@ -86,28 +85,18 @@ class OursSide:
         return await self._drain_here(jobs, concurrency)
 
     async def _drain_here(self, jobs: int, concurrency: int) -> float:
-        done = asyncio.Event()
-        completed = 0
-        last = 0.0
-
-        def on_event(event: WorkerEvent) -> None:
-            nonlocal completed, last
-            if event.kind == "completed":
-                completed += 1
-                if completed == jobs:
-                    last = time.perf_counter()
-                    done.set()
+        completions = stacks.Completions(jobs)
 
         worker = Worker(
             await self.stack.new_client(),
             {_TYPE: _noop},
             concurrency=concurrency,
-            on_event=on_event,
+            on_event=completions,
         )
         started = time.perf_counter()
         async with worker, asyncio.timeout(max(120.0, jobs / 20)):
-            await done.wait()
-        return last - started
+            await completions.done.wait()
+        return completions.last - started
 
     async def _drain_in_processes(self, jobs: int, concurrency: int) -> float:
         """``queuert-notify worker --processes N`` on this stack's tables, timed from the

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 import click
-from rich.table import Table
 
+from queuert_notify.cli.chain_logs import chains_logs
 from queuert_notify.cli.database import with_client, with_state
 from queuert_notify.cli.options import (
     database_url_option,
@@ -15,12 +15,15 @@ from queuert_notify.cli.options import (
     redis_url_option,
     table_prefix_option,
 )
-from queuert_notify.cli.output import console, record, run, short, to_json, when
+from queuert_notify.cli.output import console, record, run, short, titled_table, to_json, when
 from queuert_notify.cli.types import describe
 from queuert_notify.cli.workers import Unhandled, unhandled
 from state_adapters.model import ALL_STATUSES, unhandled_line
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from queuert_notify.client.client import Client
     from state_adapters.model import JobStatus
     from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 
@@ -28,6 +31,9 @@ if TYPE_CHECKING:
 @click.group()
 def chains() -> None:
     """Inspect chains, and cancel, retry or delete one."""
+
+
+chains.add_command(chains_logs)
 
 
 @chains.command("list")
@@ -70,7 +76,7 @@ def chains_list(
         listing = {"chains": rows, "next_cursor": page.next_cursor, "paused_types": paused}
         click.echo(to_json({**listing, "unhandled_types": orphans}))
         return
-    table = Table(title="chains")
+    table = titled_table("chains")
     # Ids are what users copy into `chains show`: never wrap or cut them.
     table.add_column("id", no_wrap=True, min_width=max((len(c.id) for c in page.items), default=2))
     for column in ("type", "status", "created", "completed", "output"):
@@ -118,7 +124,7 @@ def chains_show(database_url: str, table_prefix: str, chain_id: str, as_json: bo
         highlight=False,
     )
     console().print(f"output: {short(chain.output, 500)}", highlight=False)
-    table = Table(title="jobs")
+    table = titled_table("jobs")
     table.add_column("#")
     table.add_column("id", no_wrap=True, min_width=max((len(j.id) for j in jobs.items), default=2))
     for column in ("type", "status", "attempt", "scheduled", "input", "error"):
@@ -141,46 +147,39 @@ def chains_show(database_url: str, table_prefix: str, chain_id: str, as_json: bo
     console().print(table)
 
 
-@chains.command("cancel")
-@database_url_option
-@table_prefix_option
-@redis_url_option
-@click.argument("chain_id")
-@json_option
-def chains_cancel(
-    database_url: str,
-    table_prefix: str,
-    redis_url: str | None,
-    redis_prefix: str,
-    chain_id: str,
-    as_json: bool,
-) -> None:
-    """Cancel a chain's unfinished job (a handler running it is cancelled)."""
-    notify = (redis_url, redis_prefix)
-    chain = run(with_client(database_url, table_prefix, notify, lambda c: c.cancel_chain(chain_id)))
-    _print_chain(chain, as_json)
-    note_next_poll(redis_url)
+def _chain_action(name: str, act: Callable[[Client, str], Awaitable[Any]], help: str) -> None:
+    """``chains NAME CHAIN_ID``: ``act(client, chain_id)``, then the chain as it stands."""
+
+    @chains.command(name, help=help)
+    @database_url_option
+    @table_prefix_option
+    @redis_url_option
+    @click.argument("chain_id")
+    @json_option
+    def command(
+        database_url: str,
+        table_prefix: str,
+        redis_url: str | None,
+        redis_prefix: str,
+        chain_id: str,
+        as_json: bool,
+    ) -> None:
+        notify = (redis_url, redis_prefix)
+        chain = run(with_client(database_url, table_prefix, notify, lambda c: act(c, chain_id)))
+        _print_chain(chain, as_json)
+        note_next_poll(redis_url)
 
 
-@chains.command("retry")
-@database_url_option
-@table_prefix_option
-@redis_url_option
-@click.argument("chain_id")
-@json_option
-def chains_retry(
-    database_url: str,
-    table_prefix: str,
-    redis_url: str | None,
-    redis_prefix: str,
-    chain_id: str,
-    as_json: bool,
-) -> None:
-    """Run a failed or cancelled chain again from its last job."""
-    notify = (redis_url, redis_prefix)
-    chain = run(with_client(database_url, table_prefix, notify, lambda c: c.retry_chain(chain_id)))
-    _print_chain(chain, as_json)
-    note_next_poll(redis_url)
+_chain_action(
+    "cancel",
+    lambda client, chain_id: client.cancel_chain(chain_id),
+    "Cancel a chain's unfinished job (a handler running it is cancelled).",
+)
+_chain_action(
+    "retry",
+    lambda client, chain_id: client.retry_chain(chain_id),
+    "Run a failed or cancelled chain again from its last job.",
+)
 
 
 @chains.command("delete")

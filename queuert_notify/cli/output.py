@@ -9,12 +9,15 @@ import json
 import os
 from collections.abc import Awaitable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
 
 from queuert_notify.errors import QueuertError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 T = TypeVar("T")
 
@@ -36,11 +39,22 @@ def run(coro: Awaitable[T]) -> T:
 def console() -> Console:
     """A console for one print: created per use, so the terminal width (or $COLUMNS) is
     read when printing."""
+    # Imported on the first print: a command's --json output needs no rich (its
+    # console and tables are ~100 M instructions to import).
+    from rich.console import Console
+
     terminal = Console()
     if not terminal.is_terminal and "COLUMNS" not in os.environ:
         # Into a file or a pipe: lines as long as they need, not folded at 80 columns.
         return Console(width=_UNFOLDED_WIDTH)
     return terminal
+
+
+def titled_table(title: str) -> Table:
+    """An empty table, to print with :func:`console` (rich imported on first use)."""
+    from rich.table import Table
+
+    return Table(title=title)
 
 
 def record(row: Any) -> dict[str, Any]:

@@ -8,11 +8,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 
 from queuert_notify.cli.database import with_state
 from queuert_notify.cli.options import database_url_option, json_option, table_prefix_option
-from queuert_notify.cli.output import console, run, to_json, when
+from queuert_notify.cli.output import console, run, titled_table, to_json, when
 from state_adapters.model import WORKER_DEAD_AFTER, known_types, unhandled_line, unhandled_types
 
 if TYPE_CHECKING:
@@ -48,7 +47,7 @@ def workers_command(database_url: str, table_prefix: str, as_json: bool) -> None
         ]
         click.echo(to_json({"workers": rows, "unhandled_types": orphans}))
         return
-    table = Table(title=f"workers (dead after {WORKER_DEAD_AFTER:.0f} s without a heartbeat)")
+    table = titled_table(f"workers (dead after {WORKER_DEAD_AFTER:.0f} s without a heartbeat)")
     table.add_column("id", no_wrap=True)
     for column in ("host", "pid", "types", "slots", "started", "heartbeat", "state"):
         table.add_column(column)

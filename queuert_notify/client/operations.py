@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from queuert_notify.errors import InvalidInputError
-from queuert_notify.maintenance.prune_pacing import PrunePacing
+from queuert_notify.maintenance.prune_pacing import PrunePacing, prune_horizon
 from state_adapters.health import HealthReport, HealthThresholds
 from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, TypeLimits, WorkerRecord
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.validation import check_positive_int
+from state_adapters.validation import window_seconds
 
 if TYPE_CHECKING:
     from state_adapters.protocol import CallerSession, StateAdapter
@@ -62,12 +61,7 @@ class QueueOperations:
         chain waits on is kept until that chain is final. Any number of
         callers (and workers with ``retention``) may prune at once: they never delete
         the same chains nor wait on each other's. Safe to repeat."""
-        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
-            raise InvalidInputError(
-                f"older_than must be a timedelta >= 0 (e.g. timedelta(days=7)), got {older_than!r}"
-            )
-        check_positive_int(batch_size, "batch_size")
-        finished_before = datetime.now(UTC) - older_than
+        finished_before = prune_horizon(older_than, batch_size)
         loop = asyncio.get_running_loop()
         pacing = PrunePacing(batch_size)
         total = 0
@@ -117,9 +111,7 @@ class QueueOperations:
         in any window of that length. Every call replaces all four; ``None`` lifts a
         limit (no arguments: none). Workers follow within a second. Bad values raise
         ``InvalidInputError`` before anything is written. Safe to repeat."""
-        if per is not None and not isinstance(per, timedelta):
-            raise InvalidInputError(f"per must be a timedelta (or None), got {per!r}")
-        seconds = None if per is None else per.total_seconds()
+        seconds = window_seconds(per)
         return await self._write(
             None,
             lambda notes: self.state.set_limits(

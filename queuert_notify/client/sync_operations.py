@@ -5,14 +5,13 @@ the caller's thread (see docs/operations.md)."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
-from queuert_notify.errors import InvalidInputError
-from queuert_notify.maintenance.prune_pacing import PrunePacing
+from queuert_notify.maintenance.prune_pacing import PrunePacing, prune_horizon
 from state_adapters.model import DEFAULT_PRUNE_BATCH_SIZE, TypeLimits, WorkerRecord
-from state_adapters.validation import check_positive_int
+from state_adapters.validation import window_seconds
 
 if TYPE_CHECKING:
     from state_adapters.notifications import NotificationBuffer
@@ -32,12 +31,7 @@ class SyncQueueOperations:
         """Delete the chains that finished more than ``older_than`` ago, with their jobs,
         in paced batches; returns how many chains were deleted (as
         :meth:`Client.prune <queuert_notify.Client.prune>`)."""
-        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
-            raise InvalidInputError(
-                f"older_than must be a timedelta >= 0 (e.g. timedelta(days=7)), got {older_than!r}"
-            )
-        check_positive_int(batch_size, "batch_size")
-        finished_before = datetime.now(UTC) - older_than
+        finished_before = prune_horizon(older_than, batch_size)
         pacing = PrunePacing(batch_size)
         total = 0
         while True:
@@ -90,9 +84,7 @@ class SyncQueueOperations:
     ) -> TypeLimits:
         """Replace the limits of ``type_name`` (``None`` lifts one), as
         :meth:`Client.set_limits <queuert_notify.Client.set_limits>`."""
-        if per is not None and not isinstance(per, timedelta):
-            raise InvalidInputError(f"per must be a timedelta (or None), got {per!r}")
-        seconds = None if per is None else per.total_seconds()
+        seconds = window_seconds(per)
         return self._state.write(
             None,
             self._announcer,

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import suppress
+from typing import Any
 
 from queuert_notify.dashboard.pages import Watch
 from queuert_notify.notify.protocol import NotifyAdapter, Unsubscribe
@@ -114,7 +115,24 @@ async def live_events(render: Render, notify: NotifyAdapter | None) -> AsyncIter
                 changed.clear()
     finally:
         if subscriptions is not None:
-            await subscriptions.close()
+            await _to_completion(subscriptions.close())
+
+
+async def _to_completion(cleanup: Coroutine[Any, Any, None]) -> None:
+    """Run ``cleanup`` to its end, then re-raise a cancellation received meanwhile. A
+    stream its client closed is cancelled by Starlette's cancel scope, which cancels it
+    again at every await until it returns: awaited plainly, the first unsubscribe would
+    be interrupted and every later one skipped, leaving the page's listeners registered
+    (and their channels subscribed) for as long as the process runs."""
+    task = asyncio.ensure_future(cleanup)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
 
 
 def _event(name: str, data: str) -> str:

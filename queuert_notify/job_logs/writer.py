@@ -27,10 +27,16 @@ class JobLogWriter:
 
     Invariants: a line is written at most once; a write that fails loses its lines
     (logged with their number) and never fails a job; no database call runs in a
-    handler's path; its one task runs only while an attempt is open or a write is in
-    flight (the last :meth:`close_attempt` stops it, or it ends after that write), so
-    nothing outlives the worker's runs. An attempt's last lines may commit before a
-    batch of its earlier ones still in flight: readers order by ``seq``.
+    handler's path; between writes it holds one timer of the event loop, armed by
+    :meth:`open` and kept while attempts are open (once it finds none it is not armed
+    again, so it outlives the last attempt by at most ``interval`` and then does
+    nothing), and a write runs in a task of its own that ends with it. An attempt's last
+    lines may commit before a batch of its earlier ones still in flight: readers order
+    by ``seq``.
+
+    A timer rather than a sleeping task, left armed rather than cancelled when no
+    attempt is open: a worker at work opens and closes attempts all the time, most of
+    them writing no line early, and the set of open attempts empties between claims.
     """
 
     def __init__(
@@ -42,14 +48,14 @@ class JobLogWriter:
         self._interval = interval
         self._open: set[AttemptLog] = set()
         self._writing: asyncio.Task[None] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def open(self, job_id: str, attempt: int) -> AttemptLog:
         """A new attempt's log, written by this writer until :meth:`close_attempt`."""
         log = AttemptLog(job_id, attempt, max_lines=self._max_lines, max_bytes=self._max_bytes)
         self._open.add(log)
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="queuert-job-log-writer")
+        if self._timer is None and self._writing is None:
+            self._arm()
         return log
 
     def close_attempt(self, log: AttemptLog) -> list[JobLogLine]:
@@ -57,9 +63,6 @@ class JobLogWriter:
         with its outcome. Never waits for a write in flight: on SQLite that write may wait
         for the write lock the attempt's own transaction holds."""
         self._open.discard(log)
-        if not self._open and self._writing is None and self._task is not None:
-            self._task.cancel()  # asleep between writes: nothing is lost
-            self._task = None
         return log.finish()
 
     async def write(self, lines: list[JobLogLine]) -> None:
@@ -77,14 +80,23 @@ class JobLogWriter:
                 extra={"job_ids": sorted({line.job_id for line in lines})},
             )
 
-    async def _run(self) -> None:
-        while self._open:
-            await asyncio.sleep(self._interval)
-            lines = [line for log in list(self._open) for line in log.take()]
-            if lines:
-                self._writing = asyncio.ensure_future(self.write(lines))
-                try:
-                    await asyncio.shield(self._writing)
-                finally:
-                    self._writing = None
-        self._task = None
+    def _arm(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self._interval, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        lines = [line for log in list(self._open) for line in log.take()]
+        if lines:
+            self._writing = asyncio.create_task(
+                self._write_due(lines), name="queuert-job-log-writer"
+            )
+        elif self._open:
+            self._arm()
+
+    async def _write_due(self, lines: list[JobLogLine]) -> None:
+        try:
+            await self.write(lines)
+        finally:
+            self._writing = None
+            if self._open and self._timer is None:
+                self._arm()

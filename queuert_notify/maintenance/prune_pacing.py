@@ -17,6 +17,10 @@ Two bounds, each for one cost a batch imposes on everything else:
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
+
+from queuert_notify.errors import InvalidInputError
+from state_adapters.validation import check_positive_int
 
 BATCH_SECONDS = 0.005
 """The duration a batch is sized for."""
@@ -24,6 +28,17 @@ MIN_SIZE = 50
 """The fewest chains a batch is sized down to (unless ``batch_size`` is smaller)."""
 PAUSE_FACTOR = 2.0
 """The wait after a batch, in multiples of the batch's duration."""
+
+
+def prune_horizon(older_than: object, batch_size: object) -> datetime:
+    """The time before which a prune deletes the chains that finished, ``older_than``
+    ago; both arguments checked (``InvalidInputError``) before anything is deleted."""
+    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+        raise InvalidInputError(
+            f"older_than must be a timedelta >= 0 (e.g. timedelta(days=7)), got {older_than!r}"
+        )
+    check_positive_int(batch_size, "batch_size")
+    return datetime.now(UTC) - older_than
 
 
 class PrunePacing:

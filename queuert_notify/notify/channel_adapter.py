@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import ClassVar
 
 from queuert_notify.errors import NotifyAdapterClosedError
 from queuert_notify.notify.payloads import decode_payload, encode_payload
 from queuert_notify.notify.protocol import (
     ConnectOnEnter,
+    JobIdCallback,
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
@@ -70,6 +71,7 @@ class ChannelNotifyAdapter(ConnectOnEnter):
         self._owls = channel_name(prefix, "owls")
         self._listener = listener
         self._reconnect_callbacks: dict[int, SignalCallback] = {}
+        self._every_lost: dict[int, JobIdCallback] = {}
         self._next_callback_id = 0
         self._connect_lock = asyncio.Lock()
         self._connected = False
@@ -161,6 +163,22 @@ class ChannelNotifyAdapter(ConnectOnEnter):
             await self._listener.keep_subscribed(channel)
         return await self._listener.add(channel, [job_id], callback)
 
+    async def listen_every_job_ownership_lost(self, callback: JobIdCallback) -> Unsubscribe | None:
+        """On the one ownership-lost channel, kept subscribed (as for a listener of one
+        job); ``None`` where each job has a channel of its own (Redis Cluster)."""
+        await self._ready()
+        if self._channel(self._owls, "any job") != self._owls:
+            return None
+        await self._listener.keep_subscribed(self._owls)
+        callback_id = self._next_callback_id
+        self._next_callback_id += 1
+        self._every_lost[callback_id] = callback
+
+        async def unsubscribe() -> None:
+            self._every_lost.pop(callback_id, None)
+
+        return unsubscribe
+
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
         """Run ``callback`` whenever the subscription was lost or restored: messages
         may have been missed, so poll now."""
@@ -203,6 +221,9 @@ class ChannelNotifyAdapter(ConnectOnEnter):
             self._listener.dispatch(channel, payload, payload)
         else:
             self._listener.dispatch(channel, payload)
+            if channel == self._owls:
+                for callback in list(self._every_lost.values()):
+                    self._listener.run_callback(callback, payload)
 
     def _fire_reconnect(self) -> None:
         for callback in list(self._reconnect_callbacks.values()):
@@ -212,6 +233,37 @@ class ChannelNotifyAdapter(ConnectOnEnter):
         self._check_open()
         if not self._connected:
             await self.connect()
+
+    async def _connect_once(self, open_connections: Callable[[], Awaitable[None]]) -> None:
+        """``connect()``: ``open_connections()`` unless connected already. Concurrent
+        calls wait for the one running it (and run it again if it raised); a closed
+        adapter raises ``NotifyAdapterClosedError``, before and after the wait."""
+        self._check_open()
+        async with self._connect_lock:
+            if self._connected:
+                return
+            self._check_open()
+            await open_connections()
+            self._connected = True
+
+    async def _close_once(
+        self,
+        release: Callable[[], Awaitable[None]],
+        seconds: float,
+        log: logging.Logger,
+        timed_out: str,
+    ) -> None:
+        """``close()``: ``release()`` on the first call only, with ``_closed`` set
+        before it starts, for ``seconds`` at most; past them ``timed_out`` is logged
+        on ``log`` (with the address and the timeout) and the rest is left."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            async with asyncio.timeout(seconds):
+                await release()
+        except TimeoutError:
+            log.warning(timed_out, extra={"address": self._address, "timeout": seconds})
 
     def _check_open(self) -> None:
         if self._closed:

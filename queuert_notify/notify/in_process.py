@@ -10,15 +10,17 @@ from queuert_notify.notify.payloads import check_count, encode_payload
 from queuert_notify.notify.protocol import (
     HINT_TTL_SECONDS,
     ConnectOnEnter,
+    JobIdCallback,
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
 )
-from queuert_notify.notify.shared_listener import SharedListener
+from queuert_notify.notify.shared_listener import ANY_PAYLOAD, SharedListener
 
 _SCHEDULED = "sched"
 _CHAIN_COMPLETED = "chainc"
 _OWNERSHIP_LOST = "owls"
+_EVERY_OWNERSHIP_LOST = "owls of every job"
 
 
 async def _no_transport(channel: str) -> None:
@@ -120,10 +122,15 @@ class InProcessNotifyAdapter(ConnectOnEnter):
         self._check_open()
         encode_payload("job id", job_id)
         self._listener.dispatch(_OWNERSHIP_LOST, job_id)
+        self._listener.dispatch(_EVERY_OWNERSHIP_LOST, job_id, job_id)
 
     async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
         self._check_open()
         return await self._listener.add(_OWNERSHIP_LOST, [job_id], callback)
+
+    async def listen_every_job_ownership_lost(self, callback: JobIdCallback) -> Unsubscribe | None:
+        self._check_open()
+        return await self._listener.add(_EVERY_OWNERSHIP_LOST, [ANY_PAYLOAD], callback)
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
         """Accepted for the protocol; an in-memory adapter never loses its subscriptions."""

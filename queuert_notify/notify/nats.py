@@ -161,25 +161,22 @@ class NatsNotifyAdapter(ChannelNotifyAdapter):
         as every server refused the connection, or when none answers within
         ``timeout``.
         """
-        self._check_open()
-        async with self._connect_lock:
-            if self._connected:
-                return
-            self._check_open()
-            try:
-                await self._connect_client()
-            except (nats.errors.Error, OSError, TimeoutError) as exc:
-                await self._nc.close()
-                reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
-                raise ConfigurationError(
-                    f"cannot reach NATS at {self._address}: {reason}; is the server running?"
-                ) from exc
-            try:
-                self._kv = await self._open_bucket()
-            except BaseException:
-                await self._nc.close()
-                raise
-            self._connected = True
+        await self._connect_once(self._open)
+
+    async def _open(self) -> None:
+        try:
+            await self._connect_client()
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            await self._nc.close()
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+            raise ConfigurationError(
+                f"cannot reach NATS at {self._address}: {reason}; is the server running?"
+            ) from exc
+        try:
+            self._kv = await self._open_bucket()
+        except BaseException:
+            await self._nc.close()
+            raise
 
     async def _connect_client(self) -> None:
         """Connect to any one server; raises the last error as soon as every server
@@ -217,34 +214,27 @@ class NatsNotifyAdapter(ChannelNotifyAdapter):
 
     async def close(self) -> None:
         """Drop every listener and close the connection; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        await self._close_once(
+            self._shut_down, self._close_timeout, logger, "nats notify adapter close timed out"
+        )
+
+    async def _shut_down(self) -> None:
+        await self._listener.dispose()
+        self._subscriptions.clear()
+        self._reconnect_callbacks.clear()
+        # Closing the connection ends every subscription and the client's tasks.
         try:
-            async with asyncio.timeout(self._close_timeout):
-                await self._listener.dispose()
-                self._subscriptions.clear()
-                self._reconnect_callbacks.clear()
-                # Closing the connection ends every subscription and the client's tasks.
-                try:
-                    await self._nc.close()
-                except Exception as exc:
-                    # nats-py writes queued commands to the socket before ending the
-                    # subscriptions; on a dead socket that raises and leaves their tasks.
-                    logger.info(
-                        "nats close met a dead connection", extra={**self._log, "error": repr(exc)}
-                    )
-                    for subscription in list(self._nc._subs.values()):
-                        subscription._stop_processing()
-                # nats-py cancels its subscription tasks without awaiting them (when the
-                # server is down nothing else yields); one loop turn lets them finish, so
-                # nothing outlives close().
-                await asyncio.sleep(0)
-        except TimeoutError:
-            logger.warning(
-                "nats notify adapter close timed out",
-                extra={"address": self._address, "timeout": self._close_timeout},
-            )
+            await self._nc.close()
+        except Exception as exc:
+            # nats-py writes queued commands to the socket before ending the
+            # subscriptions; on a dead socket that raises and leaves their tasks.
+            logger.info("nats close met a dead connection", extra={**self._log, "error": repr(exc)})
+            for subscription in list(self._nc._subs.values()):
+                subscription._stop_processing()
+        # nats-py cancels its subscription tasks without awaiting them (when the
+        # server is down nothing else yields); one loop turn lets them finish, so
+        # nothing outlives close().
+        await asyncio.sleep(0)
 
     # -- wake hints ------------------------------------------------------------
 

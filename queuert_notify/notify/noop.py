@@ -8,6 +8,7 @@ from queuert_notify.errors import NotifyAdapterClosedError
 from queuert_notify.notify.payloads import check_count
 from queuert_notify.notify.protocol import (
     ConnectOnEnter,
+    JobIdCallback,
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
@@ -73,6 +74,10 @@ class NoopNotifyAdapter(ConnectOnEnter):
         self._check_open()
 
     async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
+        self._check_open()
+        return _nothing_to_undo
+
+    async def listen_every_job_ownership_lost(self, callback: JobIdCallback) -> Unsubscribe | None:
         self._check_open()
         return _nothing_to_undo
 

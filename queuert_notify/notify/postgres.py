@@ -158,41 +158,33 @@ class PostgresNotifyAdapter(ChannelNotifyAdapter):
         Raises ConfigurationError naming the (password-free) address when
         Postgres does not answer within ``connect_timeout``.
         """
-        self._check_open()
-        async with self._connect_lock:
-            if self._connected:
-                return
-            self._check_open()
-            try:
-                await self._publishing_connection()
-            except (psycopg.Error, OSError, TimeoutError) as exc:
-                reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
-                raise ConfigurationError(
-                    f"cannot reach Postgres at {self._address}: {reason.strip()}; "
-                    "is the server running and the DSN right?"
-                ) from exc
-            self._connected = True
+        await self._connect_once(self._open)
+
+    async def _open(self) -> None:
+        try:
+            await self._publishing_connection()
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+            raise ConfigurationError(
+                f"cannot reach Postgres at {self._address}: {reason.strip()}; "
+                "is the server running and the DSN right?"
+            ) from exc
 
     async def close(self) -> None:
         """Stop the reader and recovery, drop every listener, close both connections;
         idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            async with asyncio.timeout(self._close_timeout):
-                await self._listening.close()
-                await self._listener.dispose()
-                self._reconnect_callbacks.clear()
-                async with self._publisher_lock:
-                    if self._publisher is not None:
-                        await self._publisher.close()
-                        self._publisher = None
-        except TimeoutError:
-            logger.warning(
-                "postgres notify adapter close timed out",
-                extra={"address": self._address, "timeout": self._close_timeout},
-            )
+        await self._close_once(
+            self._shut_down, self._close_timeout, logger, "postgres notify adapter close timed out"
+        )
+
+    async def _shut_down(self) -> None:
+        await self._listening.close()
+        await self._listener.dispose()
+        self._reconnect_callbacks.clear()
+        async with self._publisher_lock:
+            if self._publisher is not None:
+                await self._publisher.close()
+                self._publisher = None
 
     async def notify_in_transaction(
         self,

@@ -20,6 +20,9 @@ TypeNameCallback = Callable[[str], object]
 SignalCallback = Callable[[], object]
 """Called with no arguments; a plain function or a coroutine function."""
 
+JobIdCallback = Callable[[str], object]
+"""Called with a job id; a plain function or a coroutine function."""
+
 HINT_TTL_SECONDS = 60
 """A wake budget expires this long after the last ``provide_wake_hint``."""
 
@@ -41,6 +44,12 @@ class ConnectOnEnter(ABC):
     async def acknowledge_wakes(self, callback: TypeNameCallback, free_slots: int) -> None:
         """Nothing to acknowledge: wakes of this transport are not durable (see
         :meth:`NotifyAdapter.acknowledge_wakes`)."""
+        return None
+
+    async def listen_every_job_ownership_lost(self, callback: JobIdCallback) -> Unsubscribe | None:
+        """``None``: this transport has no one channel that carries every job's loss, so
+        a worker listens per job instead (see
+        :meth:`NotifyAdapter.listen_every_job_ownership_lost`)."""
         return None
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -107,6 +116,14 @@ class NotifyAdapter(Protocol):
     async def listen_job_ownership_lost(
         self, job_id: str, callback: SignalCallback
     ) -> Unsubscribe: ...
+
+    async def listen_every_job_ownership_lost(self, callback: JobIdCallback) -> Unsubscribe | None:
+        """Call ``callback(job_id)`` for every later ``notify_job_ownership_lost``, of any
+        job, as :meth:`listen_job_ownership_lost` would call that job's listeners; or
+        return ``None`` when the transport has no one channel every job's loss passes
+        through (then listen per job). A worker listens once, for all its runs, instead
+        of once per run (``ConnectOnEnter`` returns ``None``)."""
+        ...
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
         """Register ``callback`` to run after a lost subscription is restored

@@ -7,18 +7,13 @@ settings) and the multi-process `Supervisor`. May import everything else in the 
 start-up messages without loading the whole worker (and SQLAlchemy) before a command runs.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from state_adapters import lazy_exports
 
 if TYPE_CHECKING:
     from queuert_notify.worker.worker import Worker
 
-
-def __getattr__(name: str) -> Any:
-    if name != "Worker":
-        raise AttributeError(f"module 'queuert_notify.worker' has no attribute {name!r}")
-    from queuert_notify.worker.worker import Worker
-
-    return Worker
-
+__getattr__, __dir__ = lazy_exports(__name__, {"Worker": "queuert_notify.worker.worker"})
 
 __all__ = ["Worker"]

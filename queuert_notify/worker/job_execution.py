@@ -4,8 +4,6 @@ lost lease), and its outcome written. The per-job part of the worker; the loop
 
 from __future__ import annotations
 
-import asyncio
-from contextlib import suppress
 from typing import Any
 
 from queuert_notify.client.client import Client
@@ -18,7 +16,6 @@ from queuert_notify.worker.job_outcome import OutcomeWriter
 from queuert_notify.worker.job_run import JobRun
 from queuert_notify.worker.lease_keeper import LeaseKeeper
 from queuert_notify.worker.settings import WorkerSettings
-from queuert_notify.worker.wake.bounds import CALL_LIMIT
 from queuert_notify.worker.wake.subscriptions import WakeSubscriptions
 from state_adapters.model import JobLogLine
 
@@ -81,12 +78,14 @@ class JobExecution:
         logging_to = running_attempt.set(log)
         unsubscribe: Unsubscribe | None = None
         unwritten: list[JobLogLine] = []
+
+        def lost() -> None:
+            self._leases.check_ownership(run)
+
         try:
             with run.trace:
                 unsubscribe = await self._subscriptions.listen_for_ownership_loss(
-                    job.id,
-                    lambda: self._leases.check_ownership(run),
-                    _job_extra(job, self.worker_id),
+                    job.id, lost, _job_extra(job, self.worker_id)
                 )
                 result, error = await run.run_handler(
                     run.trace.handling(lambda: self.registry.call(run.job, ctx)),
@@ -101,10 +100,7 @@ class JobExecution:
             await run.cancel_checks()
             if ctx.transaction is not None:
                 await ctx.transaction.close()
-            if unsubscribe is not None:
-                with suppress(Exception):
-                    async with asyncio.timeout(CALL_LIMIT):
-                        await unsubscribe()
+            await self._subscriptions.stop_listening_for_ownership_loss(job.id, lost, unsubscribe)
             # However the run ended, its lines are written (with its outcome if any), once
             # the handler's transaction is closed (on SQLite it may hold the write lock).
             await self._logs.write(unwritten + self._logs.close_attempt(log))

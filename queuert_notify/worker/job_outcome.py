@@ -7,7 +7,6 @@ import logging
 import traceback
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import replace
 from typing import Any
 
 from queuert_notify.client.client import Client
@@ -97,14 +96,14 @@ class OutcomeWriter:
         if exc is None:
             try:
                 ctx.check_returned(result)
-                completion = validation.completion(run.job.id, run.lease_token, result)
+                completion = validation.completion(run.job.id, run.lease_token, result, lines)
             except (InvalidInputError, ConfigurationError) as invalid:
                 # The handler's result cannot be stored (output not JSON, a continuation
                 # misused): every attempt would end the same way.
                 await self._fail(run, ctx, invalid, lines, final=True)
                 return []
             else:
-                return await self._complete(run, ctx, replace(completion, log_lines=lines))
+                return await self._complete(run, ctx, completion)
         await self._fail(run, ctx, exc, lines)
         return []
 

@@ -460,9 +460,9 @@ class Worker:
     async def _wait_for_reason(self, seconds: float) -> None:
         """Sleep until a wake (hint, reconnect, freed slot, stop), ``seconds`` at most."""
         try:
-            await asyncio.wait_for(self._wake.wait(), seconds)
-        except TimeoutError:
-            # The poll interval or the next due job (see WakePolicy).
+            async with asyncio.timeout(seconds):  # no task per wait, unlike wait_for
+                await self._wake.wait()
+        except TimeoutError:  # the poll interval or the next due job (see WakePolicy)
             self._policy.poll_timer_fired()
 
     # -- running one job -------------------------------------------------------------

@@ -26,7 +26,6 @@ from state_adapters.drivers import (
     sync_driver_for,
     watch_broken_connections,
 )
-from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.model import JobRecord
 from state_adapters.postgres import pooling
 from state_adapters.postgres.statements import (
@@ -44,6 +43,7 @@ from state_adapters.transactions.connection_loss import sqlstate_of
 
 if TYPE_CHECKING:
     from state_adapters.database import Conn, Step, T
+    from state_adapters.health import HealthThresholds, StorageHealth
 
 # SQLSTATEs after which the whole transaction may simply be retried.
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}
@@ -141,8 +141,24 @@ class Postgres:
         watch_broken_connections(sync_engine, driver)
 
     async def in_transaction(self, conn: AsyncConnection, step: Step[T]) -> T:
-        async with conn.begin():
-            return await step(conn)
+        """On an autocommit connection (the adapter's own: :attr:`single_writer`, every
+        caller's) each statement commits as it runs, so SQLAlchemy's ``begin()`` and
+        commit send nothing yet cost two greenlet hand-overs per call, a worker's claim
+        and completion included: they are made only if a statement of the step began
+        SQLAlchemy's transaction, so none is left open on a held connection."""
+        sync = conn.sync_connection
+        if sync is None or sync.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            async with conn.begin():
+                return await step(conn)
+        try:
+            result = await step(conn)
+        except BaseException:
+            if conn.in_transaction():
+                await conn.rollback()
+            raise
+        if conn.in_transaction():
+            await conn.commit()
+        return result
 
     async def claim_limited(
         self,

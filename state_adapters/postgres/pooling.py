@@ -51,12 +51,14 @@ def check(driver: Driver, dbapi_connection: Any, url: str) -> None:
     if not driver.keeps_prepared_statements(dbapi_connection):
         return  # nothing to ask the server
     cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("SELECT pg_backend_pid()")
-        (server_pid,) = cursor.fetchone()
-    finally:
-        cursor.close()
-        dbapi_connection.rollback()  # the query began a transaction; hand over none
+    # No cleanup in a finally: when the query fails or its task is cancelled, the pool
+    # closes this new connection itself, and a rollback on one the driver has already
+    # closed (psycopg does, when a cancelled query cannot be cancelled on the server)
+    # would raise its own error in place of the cancellation.
+    cursor.execute("SELECT pg_backend_pid()")
+    (server_pid,) = cursor.fetchone()
+    cursor.close()
+    dbapi_connection.rollback()  # the query began a transaction; hand over none
     if server_pid == driver.reported_backend_pid(dbapi_connection):
         return
     raise ConfigurationError(

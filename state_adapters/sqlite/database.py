@@ -32,7 +32,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement, TextClause, UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
-from state_adapters.health import HealthThresholds, StorageHealth
 from state_adapters.model import JobRecord
 from state_adapters.schema import Tables, UtcDateTime
 from state_adapters.sqlite.connections import READ_ONLY, SqliteSynchronous, configure_engine
@@ -48,6 +47,7 @@ from state_adapters.steps.pruning import PruningStatements, prune_chains
 
 if TYPE_CHECKING:
     from state_adapters.database import Conn, Step, T
+    from state_adapters.health import HealthThresholds, StorageHealth
 
 
 class SqliteSql:

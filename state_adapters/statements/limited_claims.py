@@ -115,8 +115,15 @@ class LimitedClaimStatements:
     @cached_property
     def _claim_best(self) -> Update:
         jobs = self.tables.jobs
-        best = (
-            select(jobs.c.id)
+        best = self._due_in_claim_order(jobs.c.id).limit(bindparam("n", type_=Integer()))
+        return self._claiming(self.dialect.id_in_selected(jobs.c.id, best))
+
+    def _due_in_claim_order(self, *columns: ColumnElement[Any]) -> Select[Any]:
+        """``columns`` of the type's (``t``) pending jobs due at ``now``, in claim order
+        (priority, scheduled_at, id)."""
+        jobs = self.tables.jobs
+        return (
+            select(*columns)
             .where(
                 jobs.c.status == self._pending,
                 jobs.c.type_name == bindparam("t"),
@@ -124,9 +131,7 @@ class LimitedClaimStatements:
                 <= bindparam("now", type_=UtcDateTime()),
             )
             .order_by(jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
-            .limit(bindparam("n", type_=Integer()))
         )
-        return self._claiming(self.dialect.id_in_selected(jobs.c.id, best))
 
     def unkeyed_due(self, type_name: str, limit: int, now: datetime) -> Query:
         """Up to ``limit`` due jobs of the type without a concurrency key, in claim
@@ -137,14 +142,9 @@ class LimitedClaimStatements:
     def _unkeyed_due(self) -> Select[Any]:
         jobs = self.tables.jobs
         best = (
-            select(jobs.c.id, jobs.c.concurrency_key, jobs.c.priority, jobs.c.scheduled_at)
-            .where(
-                jobs.c.status == self._pending,
-                jobs.c.type_name == bindparam("t"),
-                self.dialect.without_index(jobs.c.scheduled_at)
-                <= bindparam("now", type_=UtcDateTime()),
+            self._due_in_claim_order(
+                jobs.c.id, jobs.c.concurrency_key, jobs.c.priority, jobs.c.scheduled_at
             )
-            .order_by(jobs.c.priority, jobs.c.scheduled_at, jobs.c.id)
             .limit(UNKEYED_WINDOW)
             .subquery()
         )

@@ -11,18 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import case, func, select, true, type_coerce
 
-from state_adapters.health import (
-    SEVERITIES,
-    Backlog,
-    Finding,
-    HealthReport,
-    HealthThresholds,
-    duration,
-)
 from state_adapters.schema import UtcDateTime
 
+# The report's classes (state_adapters.health: nine dataclasses, ~45 M instructions to
+# define) are imported by the functions that build a report, not with the adapter: a
+# command that only reads chains never needs them.
 if TYPE_CHECKING:
     from state_adapters.database import Database
+    from state_adapters.health import Backlog, Finding, HealthReport, HealthThresholds
     from state_adapters.protocol import StateAdapter
     from state_adapters.transactions.calls import CallerSession, Transactions
 
@@ -38,6 +34,8 @@ class HealthCheck:
     ) -> HealthReport:
         """The queue's health now (see :mod:`state_adapters.health`): reads only, on
         the caller's connection or one of the adapter's own."""
+        from state_adapters.health import SEVERITIES, HealthReport, HealthThresholds
+
         limits = thresholds or HealthThresholds()
         async with self._transactions.read(session) as conn:
             backlog = await _read_backlog(self._db, conn, limits)
@@ -58,6 +56,8 @@ class HealthCheck:
 
 async def _read_backlog(db: Database, conn: Any, limits: HealthThresholds) -> Backlog:
     """One read of the partial indexes of pending and running jobs."""
+    from state_adapters.health import Backlog
+
     jobs, controls = db.sql.tables.jobs, db.sql.tables.type_controls
     now = datetime.now(UTC)
     due = jobs.c.scheduled_at <= now
@@ -97,6 +97,8 @@ async def _read_backlog(db: Database, conn: Any, limits: HealthThresholds) -> Ba
 
 def backlog_findings(backlog: Backlog, limits: HealthThresholds) -> list[Finding]:
     """The due jobs' wait and the lapsed leases, judged."""
+    from state_adapters.health import Finding, duration
+
     findings: list[Finding] = []
     wait = backlog.oldest_due_wait or 0.0
     if backlog.oldest_due_wait is not None and wait >= limits.due_wait:
@@ -139,6 +141,8 @@ def backlog_findings(backlog: Backlog, limits: HealthThresholds) -> list[Finding
 async def counts_only(state: StateAdapter) -> HealthReport:
     """The report of an adapter without a database to ask (``StateAdapterBase``'s
     default): the pending jobs only (due ones unknown, counted 0)."""
+    from state_adapters.health import Backlog, Finding, HealthReport
+
     pending = (await state.count_jobs()).get("pending", 0)
     return HealthReport(
         database=type(state).__name__,

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, MutableSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,16 +66,27 @@ Destination = Publisher | CommitSink
 def _schedule_flush(buffers: dict[Destination, NotificationBuffer]) -> None:
     if not any(buffers.values()):
         return
+    if _hand_to_sinks(buffers, _committed, "after") is not None:
+        _send_all(buffers)
+
+
+def _hand_to_sinks(
+    buffers: dict[Destination, NotificationBuffer],
+    outcome: Callable[[], bool | None],
+    when: str,
+) -> asyncio.AbstractEventLoop | None:
+    """Give the synchronous destinations their buffers (taken out of ``buffers``); the
+    running loop to send the rest from, or ``None`` when nothing is left to send or
+    there is no loop (``when``: the moment of the COMMIT this runs at, for the log)."""
     for sink, buffer in _sinks(buffers):
-        sink.after_commit(buffer, _committed)
+        sink.after_commit(buffer, outcome)
     if not any(buffers.values()):
-        return
+        return None
     try:
-        asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:
-        logger.warning("no running event loop after COMMIT; notifications dropped")
-        return
-    _send_all(buffers)
+        logger.warning("no running event loop %s COMMIT; notifications dropped", when)
+        return None
 
 
 def _send_all(buffers: dict[Destination, NotificationBuffer]) -> None:
@@ -143,23 +154,52 @@ def buffer_for_transaction(
         notify, CommitSink
     ):
         raise wrong_session(session_or_connection)
-    if isinstance(session_or_connection, SyncSession):
-        tracker = _session_tracker(session_or_connection)
-        return tracker.buffer(notify, _session_savepoints(session_or_connection))
-    if isinstance(session_or_connection, SyncConnection):
-        tracker = _connection_tracker(session_or_connection)
-        return tracker.buffer(notify, _connection_savepoints(session_or_connection))
-    if isinstance(session_or_connection, AsyncSession):
-        session = session_or_connection.sync_session
-        tracker = _session_tracker(session)
-        return tracker.buffer(notify, _session_savepoints(session))
-    if isinstance(session_or_connection, AsyncConnection):
-        connection = session_or_connection.sync_connection
-        if connection is None:
+    target: object = session_or_connection
+    if isinstance(target, AsyncSession):
+        target = target.sync_session
+    elif isinstance(target, AsyncConnection):
+        target = target.sync_connection
+        if target is None:
             raise ValueError("the AsyncConnection is not started; use it inside `async with`")
-        tracker = _connection_tracker(connection)
-        return tracker.buffer(notify, _connection_savepoints(connection))
+    if isinstance(target, SyncSession):
+        tracker = _tracker(target, lambda: _hook_session_class(type(target)))
+        return tracker.buffer(notify, _session_savepoints(target))
+    if isinstance(target, SyncConnection):
+        tracker = _tracker(target, lambda: _hook_engine(target.engine))
+        return tracker.buffer(notify, _connection_savepoints(target))
     raise wrong_session(session_or_connection)
+
+
+def _tracker(session_or_connection: Session | Connection, hook: Callable[[], None]) -> _Tracker:
+    """The tracker of this session's or connection's transaction; the first one made
+    calls ``hook`` (which makes sure its events are listened to)."""
+    tracker = _trackers.get(session_or_connection)
+    if tracker is None:
+        hook()
+        tracker = _trackers[session_or_connection] = _Tracker()
+    return tracker
+
+
+_hooking = threading.Lock()
+
+
+def _listen_once(
+    target: Any,
+    covered_by: tuple[Any, ...],
+    hooked: MutableSet[Any],
+    listeners: Mapping[str, Callable[..., Any]],
+) -> None:
+    """Add ``listeners`` to ``target`` and note it in ``hooked``, unless one of
+    ``covered_by`` (``target`` and whatever it takes listeners from) is there already;
+    once per process, even when threads race to it."""
+    if any(c in hooked for c in covered_by):
+        return
+    with _hooking:
+        if any(c in hooked for c in covered_by):
+            return
+        for name, listener in listeners.items():
+            event.listen(target, name, listener)
+        hooked.add(target)
 
 
 def wrong_session(session: object) -> TypeError:
@@ -187,16 +227,7 @@ def _session_savepoints(session: Session) -> list[SessionTransaction]:
     return chain[::-1]
 
 
-def _session_tracker(session: Session) -> _Tracker:
-    tracker = _trackers.get(session)
-    if tracker is None:
-        _hook_session_class(type(session))
-        tracker = _trackers[session] = _Tracker()
-    return tracker
-
-
 _hooked_session_classes: set[type[Session]] = set()
-_hooking = threading.Lock()
 
 
 def _hook_session_class(cls: type[Session]) -> None:
@@ -207,15 +238,12 @@ def _hook_session_class(cls: type[Session]) -> None:
     three per transaction. The class's listeners fire for every session of the class;
     they look the session up among the tracked ones and return at once when it is not
     (a dictionary lookup per transaction of the application's other sessions)."""
-    if any(c in _hooked_session_classes for c in cls.__mro__):
-        return
-    with _hooking:
-        if any(c in _hooked_session_classes for c in cls.__mro__):
-            return
-        event.listen(cls, "after_commit", _session_after_commit)
-        event.listen(cls, "after_transaction_end", _session_after_transaction_end)
-        event.listen(cls, "after_soft_rollback", _session_after_soft_rollback)
-        _hooked_session_classes.add(cls)
+    listeners: dict[str, Callable[..., Any]] = {
+        "after_commit": _session_after_commit,
+        "after_transaction_end": _session_after_transaction_end,
+        "after_soft_rollback": _session_after_soft_rollback,
+    }
+    _listen_once(cls, cls.__mro__, _hooked_session_classes, listeners)
 
 
 # Session events fire in this order: a commit runs after_commit then
@@ -275,14 +303,6 @@ class _Commit:
         return not self.failed
 
 
-def _connection_tracker(connection: Connection) -> _Tracker:
-    tracker = _trackers.get(connection)
-    if tracker is None:
-        _hook_engine(connection.engine)
-        tracker = _trackers[connection] = _Tracker()
-    return tracker
-
-
 _hooked_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
@@ -295,16 +315,13 @@ def _hook_engine(engine: Engine) -> None:
     before the COMMIT call returns). Every handler may fire twice for one event (an
     engine with execution options and the engine under it both hooked): the second
     finds the buffers already taken."""
-    if engine in _hooked_engines:
-        return
-    with _hooking:
-        if engine in _hooked_engines:
-            return
-        event.listen(engine, "commit", _connection_commit)
-        event.listen(engine, "rollback", _connection_rollback)
-        event.listen(engine, "rollback_savepoint", _connection_rollback_savepoint)
-        event.listen(engine, "handle_error", _on_database_error)
-        _hooked_engines.add(engine)
+    listeners: dict[str, Callable[..., Any]] = {
+        "commit": _connection_commit,
+        "rollback": _connection_rollback,
+        "rollback_savepoint": _connection_rollback_savepoint,
+        "handle_error": _on_database_error,
+    }
+    _listen_once(engine, (engine,), _hooked_engines, listeners)
 
 
 def _connection_commit(conn: Connection) -> None:
@@ -316,17 +333,12 @@ def _connection_commit(conn: Connection) -> None:
     if transaction is None or not any(buffers.values()):
         return
     commit = tracker.committing = _Commit(transaction)
-    for sink, buffer in _sinks(buffers):
-        sink.after_commit(buffer, commit.outcome)
-    if not any(buffers.values()):
-        return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        logger.warning("no running event loop at COMMIT; notifications dropped")
-        return
-    task = loop.create_task(_flush_after_commit(commit, buffers), name="queuert-after-commit-flush")
-    track_flush(task)
+    loop = _hand_to_sinks(buffers, commit.outcome, "at")
+    if loop is not None:
+        task = loop.create_task(
+            _flush_after_commit(commit, buffers), name="queuert-after-commit-flush"
+        )
+        track_flush(task)
 
 
 def _connection_rollback(conn: Connection) -> None:

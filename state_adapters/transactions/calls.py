@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.sync.bridge import SyncConnection
+from state_adapters.transactions import checkout
 from state_adapters.transactions.after_commit import wrong_session
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class Transactions:
             attempt += 1
             staged = NotificationBuffer()
             try:
-                async with self._engine.begin() as conn:
+                async with checkout.connection(self._engine) as conn, conn.begin():
                     result = await work(conn, staged)
             except DBAPIError as exc:
                 if not self._db.is_retryable(exc) or attempt >= _MAX_TRANSACTION_RETRIES:
@@ -71,7 +72,7 @@ class Transactions:
         if session is not None:
             yield await caller_connection(session)
             return
-        async with self._db.reader.connect() as conn:
+        async with checkout.connection(self._db.reader) as conn:
             yield conn
 
 

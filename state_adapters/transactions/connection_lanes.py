@@ -16,6 +16,8 @@ from contextlib import asynccontextmanager
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool
 
+from state_adapters.transactions import checkout
+
 DEFAULT_LANES = 2
 """One for claiming and one for writing completions, which a worker overlaps."""
 
@@ -80,12 +82,12 @@ class ConnectionLanes:
         elif self._open < self._size and self._holders > 0:
             self._open += 1
             try:
-                lane = await self._engine.connect()
+                lane = await checkout.start(self._engine)
             except BaseException:
                 self._open -= 1
                 raise
         else:
-            async with self._engine.connect() as pooled:
+            async with checkout.connection(self._engine) as pooled:
                 yield pooled
             return
         try:

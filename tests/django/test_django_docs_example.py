@@ -8,7 +8,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -17,6 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
+
+from tests.support.services import free_port
 
 DOC = Path(__file__).parents[2] / "docs" / "django.md"
 BLOCK = re.compile(r'```(\w*)(?: title="([^"]+)")?\n(.*?)```', re.DOTALL)
@@ -111,9 +112,7 @@ def check_the_mounted_dashboard(root: Path, env: dict[str, str], serve: list[str
     assignment, *argv = shlex.split(command)
     name, token = assignment.split("=", 1)
     assert argv == ["uvicorn", "mysite.asgi:application"]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", *argv, f"--port={port}"],
         cwd=root,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import pytest
 
 from queuert_notify.errors import ConfigurationError
 from tests.django.conftest import Project
+from tests.django.project import manage
+from tests.support.services import free_port
 
 # The Django project (session scope, tests/django/conftest.py: a database, migrations,
 # django.setup()) is built once: one xdist worker runs every Django test.
@@ -86,29 +87,15 @@ def test_options_limits_pauses_and_schedules_apply_when_a_worker_starts(
 def test_a_schedule_naming_a_missing_task_fails_the_system_check_in_one_line(
     django_project: Project,
 ) -> None:
-    env = {**os.environ, **django_project.env, "QN_BAD_SCHEDULE": "1"}
-    checked = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=django_project.root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = {**django_project.env, "QN_BAD_SCHEDULE": "1"}
+    checked = manage(django_project.root, env, "check", check=False)
     assert checked.returncode == 1
     problem = (
         "TASKS['ops']['OPTIONS']['schedules']['typo']: no task 'shop.tasks.ops_tock' "
         '(Module "shop.tasks" does not define a "ops_tock" attribute/class)'
     )
     assert f"?: (queuert_notify.E001) {problem}" in checked.stderr
-    worker = subprocess.run(
-        [sys.executable, "manage.py", "queuert_worker", "--backend=ops"],
-        cwd=django_project.root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    worker = manage(django_project.root, env, "queuert_worker", "--backend=ops", check=False)
     # The worker runs the system checks first, as Django's commands do.
     assert worker.returncode == 1
     assert f"?: (queuert_notify.E001) {problem}" in worker.stderr
@@ -245,12 +232,6 @@ def test_a_task_run_continues_the_trace_of_the_request_that_enqueued_it(
         enqueue["span_id"],
     )
     assert (inside["trace_id"], inside["parent_id"]) == (request["trace_id"], run["span_id"])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -2,25 +2,42 @@
 
 Started on a free loopback port from a config in a temp dir (trust auth, as the test
 Postgres has), stopped afterwards. :meth:`Bouncer.server_connections` reads its admin
-console (``SHOW POOLS``) for how many server connections it holds.
+console (``SHOW POOLS``) for how many server connections it holds; :func:`worker_fleet`
+runs worker processes through it (the test's and the benchmark's fleet).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import Table
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from tests.support.services import _wait_for_port, free_port
+from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+from tests.support.e2e_app import effects_table
+from tests.support.queue_helpers import drop_tables
+from tests.support.redis_helpers import delete_prefix
+from tests.support.services import free_port, wait_for_port
+from tests.support.worker_processes import WorkerProcesses
+
+POOLER_SETTINGS: dict[str, dict[str, Any]] = {
+    "psycopg": {"prepare_threshold": None},
+    "asyncpg": {"statement_cache_size": 0, "prepared_statement_cache_size": 0},
+}
+"""The engine settings docs/databases.md gives for PgBouncer, per driver."""
 
 
 @dataclass
@@ -109,7 +126,7 @@ pidfile = {workdir}/pgbouncer.pid
         [*argv, str(workdir / "pgbouncer.ini")], cwd=workdir, stdout=log, stderr=log
     )
     try:
-        _wait_for_port(port)
+        wait_for_port(port)
         yield Bouncer(port, database, user, process)
     finally:
         process.terminate()
@@ -120,3 +137,72 @@ pidfile = {workdir}/pgbouncer.pid
             process.wait(10)
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@dataclass
+class Fleet:
+    """Worker processes of ``tests.support.e2e_app`` running through a PgBouncer: the
+    producer's ``state`` (through it too), the ``effects`` table their handlers write,
+    and the most server connections PgBouncer held so far (sampled every 50 ms)."""
+
+    state: SqlAlchemyStateAdapter
+    effects: Table
+    workers: WorkerProcesses
+    most: int = 0
+
+
+@asynccontextmanager
+async def worker_fleet(
+    bouncer: Bouncer,
+    driver: str,
+    direct: AsyncEngine,
+    *,
+    redis_url: str,
+    prefix: str,
+    processes: int,
+    concurrency: int,
+    log_dir: Path,
+) -> AsyncIterator[Fleet]:
+    """``processes`` worker processes of ``concurrency`` slots each, on ``driver`` with
+    :data:`POOLER_SETTINGS` through ``bouncer``, on tables and Redis keys under
+    ``prefix``; on exit the workers are killed and their tables (dropped over
+    ``direct``, the database without PgBouncer) and keys removed."""
+    table_prefix = f"{prefix}_"
+    url = bouncer.url(driver)
+    engine = create_async_engine(url, connect_args=POOLER_SETTINGS[driver])
+    state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
+    await state.migrate()
+    effects = effects_table(table_prefix)
+    async with direct.begin() as conn:
+        await conn.run_sync(effects.create)
+    workers = WorkerProcesses(
+        {
+            "QT_DATABASE_URL": url,
+            "QT_TABLE_PREFIX": table_prefix,
+            "QT_REDIS_URL": redis_url,
+            "QT_REDIS_PREFIX": prefix,
+            "QT_CONNECT_ARGS": json.dumps(POOLER_SETTINGS[driver]),
+            "QT_CONCURRENCY": str(concurrency),
+        },
+        log_dir,
+    )
+    fleet = Fleet(state, effects, workers)
+    sampling = True
+
+    async def sample() -> None:
+        while sampling:
+            fleet.most = max(fleet.most, await asyncio.to_thread(bouncer.server_connections))
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        for n in range(processes):
+            workers.start(f"w{n}")
+        yield fleet
+    finally:
+        sampling = False
+        await sampler
+        workers.kill_all()
+        await drop_tables(direct, table_prefix)
+        await engine.dispose()
+        await delete_prefix(redis_url, prefix)

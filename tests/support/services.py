@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+
+from benchmarks.services import free_port, wait_for_port
 
 DEFAULT_URLS = {
     "redis": "redis://127.0.0.1:6379/0",
@@ -91,21 +92,6 @@ def provide_service(name: str) -> Iterator[str]:
     pytest.skip(reason)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.02)
-    raise RuntimeError(f"nothing answers on 127.0.0.1:{port} after {timeout}s")
-
-
 @dataclass
 class OwnServer:
     """A server process this test owns: it may stop, kill and restart it at will."""
@@ -123,7 +109,7 @@ class OwnServer:
     def start(self) -> None:
         log = (self.workdir / "server.log").open("ab")
         self.process = subprocess.Popen(self.argv, cwd=self.workdir, stdout=log, stderr=log)
-        _wait_for_port(self.port)
+        wait_for_port(self.port)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -28,7 +28,7 @@ backend's system check and by ``queuert_worker`` as it starts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -121,19 +121,27 @@ class BackendOptions:
         return parsed
 
 
-def _limits(where: str, given: object) -> dict[str, QueueLimits]:
+def _entries(
+    where: str, option: str, given: object, what: str, keys: set[str]
+) -> Iterator[tuple[Any, str, Mapping[str, Any]]]:
+    """Each ``(name, where it stands, values)`` of ``OPTIONS[option]``: a dict of
+    ``what`` whose values are dicts with keys among ``keys``."""
     if not isinstance(given, Mapping):
-        raise ConfigurationError(
-            f"{where}['limits'] must be a dict of queue name -> limits, got {given!r}"
-        )
-    limits: dict[str, QueueLimits] = {}
-    for queue, values in given.items():
-        here = f"{where}['limits'][{queue!r}]"
-        if not isinstance(values, Mapping) or not set(values) <= _LIMIT_KEYS:
+        raise ConfigurationError(f"{where}['{option}'] must be a dict of {what}, got {given!r}")
+    for name, values in given.items():
+        here = f"{where}['{option}'][{name!r}]"
+        if not isinstance(values, Mapping) or not set(values) <= keys:
             raise ConfigurationError(
-                f"{here} must be a dict with keys among {', '.join(sorted(_LIMIT_KEYS))}, "
-                f"got {values!r}"
+                f"{here} must be a dict with keys among {', '.join(sorted(keys))}, got {values!r}"
             )
+        yield name, here, values
+
+
+def _limits(where: str, given: object) -> dict[str, QueueLimits]:
+    limits: dict[str, QueueLimits] = {}
+    for queue, here, values in _entries(
+        where, "limits", given, "queue name -> limits", _LIMIT_KEYS
+    ):
         per = _seconds(here, "per", values.get("per"))
         try:
             check_limits(
@@ -162,18 +170,10 @@ def _paused(where: str, given: object) -> tuple[str, ...]:
 
 
 def _schedules(where: str, given: object) -> tuple[TaskSchedule, ...]:
-    if not isinstance(given, Mapping):
-        raise ConfigurationError(
-            f"{where}['schedules'] must be a dict of schedule name -> schedule, got {given!r}"
-        )
     schedules = []
-    for name, values in given.items():
-        here = f"{where}['schedules'][{name!r}]"
-        if not isinstance(values, Mapping) or not set(values) <= _SCHEDULE_KEYS:
-            raise ConfigurationError(
-                f"{here} must be a dict with keys among {', '.join(sorted(_SCHEDULE_KEYS))}, "
-                f"got {values!r}"
-            )
+    for name, here, values in _entries(
+        where, "schedules", given, "schedule name -> schedule", _SCHEDULE_KEYS
+    ):
         task = values.get("task")
         if not isinstance(task, str) or "." not in task:
             raise ConfigurationError(

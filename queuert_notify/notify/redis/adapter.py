@@ -31,6 +31,7 @@ from queuert_notify.errors import ConfigurationError
 from queuert_notify.notify.payloads import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
 from queuert_notify.notify.protocol import (
     ConnectOnEnter,
+    JobIdCallback,
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
@@ -232,6 +233,9 @@ class RedisNotifyAdapter(ConnectOnEnter):
 
     async def listen_job_ownership_lost(self, job_id: str, callback: SignalCallback) -> Unsubscribe:
         return await self._transport.listen_job_ownership_lost(job_id, callback)
+
+    async def listen_every_job_ownership_lost(self, callback: JobIdCallback) -> Unsubscribe | None:
+        return await self._transport.listen_every_job_ownership_lost(callback)
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
         """Run ``callback`` whenever the subscription (or, in lists mode, the blocking

@@ -40,8 +40,7 @@ from redis.crc import key_slot
 from redis.exceptions import RedisClusterException, RedisError
 
 from queuert_notify.errors import ConfigurationError, mask_url
-from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
-from queuert_notify.notify.payloads import check_count, encode_payload, scheduled_counts
+from queuert_notify.notify.payloads import scheduled_counts
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
 from queuert_notify.notify.redis.lists import RedisWakeLists
 from queuert_notify.notify.redis.lists_lines import ClusterPlacement
@@ -49,6 +48,7 @@ from queuert_notify.notify.redis.sharded_subscriber import ShardedSubscriber
 from queuert_notify.notify.redis.shared import (
     CONSUME_WAKE_HINT,
     PROVIDE_WAKE_HINT,
+    BudgetChannelAdapter,
     ScriptCall,
     all_at_once,
     connection_retry,
@@ -93,7 +93,7 @@ def scheduled_by_slot(prefix: str, counts: Mapping[str, int]) -> list[ScriptCall
     return list(by_slot.values())
 
 
-class RedisClusterTransport(ChannelNotifyAdapter):
+class RedisClusterTransport(BudgetChannelAdapter):
     """Notifications over sharded Pub/Sub (SPUBLISH/SSUBSCRIBE) on a Redis Cluster; wake
     budgets in hash-tagged keys, changed only by Lua. Each public method keeps the
     promise of the same method of :class:`~queuert_notify.notify.protocol.NotifyAdapter`.
@@ -178,67 +178,58 @@ class RedisClusterTransport(ChannelNotifyAdapter):
         """Discover the cluster, load the scripts on every master, start the subscriber;
         idempotent. Raises ConfigurationError naming the address when no node answers
         within ``connect_timeout``."""
-        self._check_open()
-        async with self._connect_lock:
-            if self._connected:
-                return
-            self._check_open()
-            try:
-                async with asyncio.timeout(self._connect_timeout):
-                    await self._commands.initialize()
-                    for script in (
-                        PROVIDE_WAKE_HINT,
-                        CONSUME_WAKE_HINT,
-                        NOTIFY_JOBS_SCHEDULED_SHARDED,
-                    ):
-                        await self._commands.script_load(script)
-            except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
-                if self._owns_commands:
-                    await self._commands.aclose()
-                reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
-                raise ConfigurationError(
-                    f"cannot reach the Redis Cluster at {self._address}: {reason}; "
-                    "is every node running and the cluster state ok?"
-                ) from exc
-            self._subscriber.start()
-            self._connected = True
+        await self._connect_once(self._open)
+
+    async def _open(self) -> None:
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                await self._commands.initialize()
+                for script in (
+                    PROVIDE_WAKE_HINT,
+                    CONSUME_WAKE_HINT,
+                    NOTIFY_JOBS_SCHEDULED_SHARDED,
+                ):
+                    await self._commands.script_load(script)
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            if self._owns_commands:
+                await self._commands.aclose()
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+            raise ConfigurationError(
+                f"cannot reach the Redis Cluster at {self._address}: {reason}; "
+                "is every node running and the cluster state ok?"
+            ) from exc
+        self._subscriber.start()
 
     async def close(self) -> None:
-        """Drop every listener, stop the subscriber, close what the transport opened."""
-        if self._closed:
-            return
-        self._closed = True
+        """Drop every listener, stop the subscriber, close what the transport opened.
+        The subscriber gets ``close_timeout``; the cluster client the transport opened
+        is closed even when that ran out (its connections close locally, without an
+        answer from any node)."""
         try:
-            async with asyncio.timeout(self._close_timeout):
-                self._reconnect_callbacks.clear()
-                # Closing every subscriber connection drops every subscription at once;
-                # the listener's unsubscribes then find nothing left to send.
-                await self._subscriber.close()
-                await self._listener.dispose()
-                if self._owns_commands:
-                    await self._commands.aclose()
-        except TimeoutError:
-            logger.warning(
+            await self._close_once(
+                self._shut_down,
+                self._close_timeout,
+                logger,
                 "redis cluster notify adapter close timed out",
-                extra={"address": self._address, "timeout": self._close_timeout},
             )
+        finally:
+            # Not under the timeout: a subscription stuck on a hanging master must not
+            # leave every node's connection open until the garbage collector finds it.
+            # (Idempotent: a closed RedisCluster's aclose does nothing.)
+            if self._owns_commands:
+                await self._commands.aclose()
+
+    async def _shut_down(self) -> None:
+        self._reconnect_callbacks.clear()
+        # Closing every subscriber connection drops every subscription at once;
+        # the listener's unsubscribes then find nothing left to send.
+        await self._subscriber.close()
+        await self._listener.dispose()
 
     # -- wake hints ------------------------------------------------------------
 
-    async def provide_wake_hint(self, type_name: str, count: int) -> None:
-        check_count(count)
-        key = cluster_hint_key(self._prefix, encode_payload("type name", type_name))
-        await self._ready()
-        if count == 0:
-            # INCRBY 0 would create an exhausted budget and hold consumers back.
-            return
-        await self._provide_script(keys=[key], args=[count, HINT_TTL_SECONDS])
-
-    async def consume_wake_hint(self, type_name: str) -> bool:
-        key = cluster_hint_key(self._prefix, encode_payload("type name", type_name))
-        await self._ready()
-        taken = await self._consume_script(keys=[key], args=[HINT_TTL_SECONDS])
-        return bool(taken)
+    def _hint_key(self, type_name: str) -> str:
+        return cluster_hint_key(self._prefix, type_name)
 
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
         """Provide every budget, then announce every type: one script per hash slot,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
@@ -22,7 +24,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from queuert_notify.errors import ConfigurationError, mask_url
-from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
 from queuert_notify.notify.payloads import check_count, decode_text, encode_payload
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
 from queuert_notify.notify.redis.lists import RedisWakeLists
@@ -31,6 +32,8 @@ from queuert_notify.notify.redis.shared import (
     CONSUME_WAKE_HINT,
     NOTIFY_JOBS_SCHEDULED,
     PROVIDE_WAKE_HINT,
+    PUBLISH_MANY,
+    BudgetChannelAdapter,
     channel_name,
     connection_retry,
     hint_key,
@@ -41,6 +44,7 @@ from state_adapters.backoff import Backoff
 logger = logging.getLogger(__name__)
 
 _SCHEMES = ("redis", "rediss", "unix")
+_SCRIPTS = (PROVIDE_WAKE_HINT, CONSUME_WAKE_HINT, NOTIFY_JOBS_SCHEDULED, PUBLISH_MANY)
 _READ_TIMEOUT = 1.0  # get_message wait; > 0 so an idle reader sleeps instead of spinning
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
 _SUBSCRIBER_HEALTH_CHECK = 30  # seconds; PING an idle subscriber so a dead socket is noticed
@@ -48,7 +52,7 @@ _SUBSCRIBER_HEALTH_CHECK = 30  # seconds; PING an idle subscriber so a dead sock
 _POOL_INTERNAL_KWARGS = ("himport_registry", "event_dispatcher", "redis_connect_func")
 
 
-class RedisServerTransport(ChannelNotifyAdapter):
+class RedisServerTransport(BudgetChannelAdapter):
     """The single-server half of ``RedisNotifyAdapter``: Pub/Sub on one server (or a
     replica set behind one address), wake budgets in plain keys. Each public method
     keeps the promise of the same method of ``RedisNotifyAdapter``.
@@ -85,6 +89,7 @@ class RedisServerTransport(ChannelNotifyAdapter):
         self._provide_script = self._commands.register_script(PROVIDE_WAKE_HINT)
         self._consume_script = self._commands.register_script(CONSUME_WAKE_HINT)
         self._schedule_script = self._commands.register_script(NOTIFY_JOBS_SCHEDULED)
+        self._publish_script = self._commands.register_script(PUBLISH_MANY)
         # Futures of our own SUBSCRIBE/UNSUBSCRIBE calls, resolved by the reader
         # when Redis confirms them; keyed by (confirmation kind, channel).
         self._confirmations: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
@@ -113,50 +118,42 @@ class RedisServerTransport(ChannelNotifyAdapter):
         Raises ConfigurationError naming the (password-masked) address when
         Redis does not answer within ``connect_timeout``.
         """
-        self._check_open()
-        async with self._connect_lock:
-            if self._connected:
-                return
-            self._check_open()
-            try:
-                async with asyncio.timeout(self._connect_timeout):
-                    for script in (PROVIDE_WAKE_HINT, CONSUME_WAKE_HINT, NOTIFY_JOBS_SCHEDULED):
-                        await self._commands.script_load(script)
-                    await self._pubsub.connect()  # type: ignore[no-untyped-call]
-            except (RedisError, OSError, TimeoutError) as exc:
-                await self._release_connections()
-                reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
-                raise ConfigurationError(
-                    f"cannot reach Redis at {self._address}: {reason}; is the server running?"
-                ) from exc
-            self._reader = asyncio.create_task(
-                self._read_loop(), name=f"queuert-notify redis reader {self._prefix}"
-            )
-            self._connected = True
+        await self._connect_once(self._open)
+
+    async def _open(self) -> None:
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                for script in _SCRIPTS:
+                    await self._commands.script_load(script)
+                await self._pubsub.connect()  # type: ignore[no-untyped-call]
+        except (RedisError, OSError, TimeoutError) as exc:
+            await self._release_connections()
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+            raise ConfigurationError(
+                f"cannot reach Redis at {self._address}: {reason}; is the server running?"
+            ) from exc
+        self._reader = asyncio.create_task(
+            self._read_loop(), name=f"queuert-notify redis reader {self._prefix}"
+        )
 
     async def close(self) -> None:
         """Stop the reader, drop every listener, close what the adapter opened; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            async with asyncio.timeout(self._close_timeout):
-                # The reader goes first: nothing may read from a connection being closed.
-                if self._reader is not None:
-                    self._reader.cancel()
-                    await asyncio.gather(self._reader, return_exceptions=True)
-                await self._listener.dispose()
-                for futures in self._confirmations.values():
-                    for future in futures:
-                        future.cancel()
-                self._confirmations.clear()
-                self._reconnect_callbacks.clear()
-                await self._release_connections()
-        except TimeoutError:
-            logger.warning(
-                "redis notify adapter close timed out",
-                extra={"address": self._address, "timeout": self._close_timeout},
-            )
+        await self._close_once(
+            self._shut_down, self._close_timeout, logger, "redis notify adapter close timed out"
+        )
+
+    async def _shut_down(self) -> None:
+        # The reader goes first: nothing may read from a connection being closed.
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        await self._listener.dispose()
+        for futures in self._confirmations.values():
+            for future in futures:
+                future.cancel()
+        self._confirmations.clear()
+        self._reconnect_callbacks.clear()
+        await self._release_connections()
 
     # -- notifications -------------------------------------------------------
 
@@ -165,30 +162,17 @@ class RedisServerTransport(ChannelNotifyAdapter):
         if len(messages) == 1:
             await self._commands.publish(*messages[0])
             return
-        # One round trip for all (not a MULTI: each PUBLISH stands alone).
-        async with self._commands.pipeline(transaction=False) as pipe:
-            for channel, payload in messages:
-                pipe.publish(channel, payload)
-            await pipe.execute()
+        # One round trip, one command and one reply for all (a worker's flush carries a
+        # message per completed chain), an argument per run of messages on one channel.
+        args: list[str] = []
+        for channel, run in groupby(messages, key=itemgetter(0)):
+            args += [channel, "\0".join(payload for _, payload in run)]
+        await self._publish_script(keys=[], args=args)
 
     # -- wake hints ------------------------------------------------------------
 
-    async def provide_wake_hint(self, type_name: str, count: int) -> None:
-        """Add ``count`` to the budget (INCRBY + EXPIRE 60 s, atomically); 0 is a no-op."""
-        check_count(count)
-        key = hint_key(self._prefix, encode_payload("type name", type_name))
-        await self._ready_to_send()
-        if count == 0:
-            # INCRBY 0 would create an exhausted budget and hold consumers back.
-            return
-        await self._provide_script(keys=[key], args=[count, HINT_TTL_SECONDS])
-
-    async def consume_wake_hint(self, type_name: str) -> bool:
-        """Take one unit; True when taken or when no budget exists, False when exhausted."""
-        key = hint_key(self._prefix, encode_payload("type name", type_name))
-        await self._ready_to_send()
-        taken = await self._consume_script(keys=[key], args=[HINT_TTL_SECONDS])
-        return bool(taken)
+    def _hint_key(self, type_name: str) -> str:
+        return hint_key(self._prefix, type_name)
 
     async def notify_jobs_scheduled(self, counts: Mapping[str, int]) -> None:
         """Provide every budget, then publish every type name: one EVALSHA, one round trip.
@@ -301,6 +285,7 @@ class RedisServerTransport(ChannelNotifyAdapter):
     # -- helpers -----------------------------------------------------------------
 
     async def _ready_to_send(self) -> None:
+        """Connected, and the subscriber not reconnecting."""
         await self._ready()
         if self._lost:
             # Fail at once instead of each call waiting out its own reconnect attempts:

@@ -1,17 +1,24 @@
 """What both Redis transports (single server and cluster) and the blocking publisher
-share: the wire names, the Lua scripts and the connection retry policy."""
+share: the wire names, the Lua scripts, the connection retry policy and the wake-budget
+calls (:class:`BudgetChannelAdapter`)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+from abc import abstractmethod
 from collections.abc import Awaitable, Sequence
 from importlib.resources import files
 from typing import TypeVar
 
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.commands.core import AsyncScript
 from redis.retry import Retry as BlockingRetry
+
+from queuert_notify.notify.channel_adapter import ChannelNotifyAdapter
+from queuert_notify.notify.payloads import check_count, encode_payload
+from queuert_notify.notify.protocol import HINT_TTL_SECONDS
 
 _T = TypeVar("_T")
 
@@ -32,6 +39,7 @@ def lua_script(name: str) -> str:
 PROVIDE_WAKE_HINT = lua_script("provide_wake_hint")
 CONSUME_WAKE_HINT = lua_script("consume_wake_hint")
 NOTIFY_JOBS_SCHEDULED = lua_script("notify_jobs_scheduled")
+PUBLISH_MANY = lua_script("publish_many")
 
 ScriptCall = tuple[list[str], list[str | int]]
 """The KEYS and ARGV of one script call: what the async adapter and the blocking
@@ -118,3 +126,38 @@ async def all_at_once(calls: Sequence[Awaitable[_T]]) -> list[_T]:
         if isinstance(result, BaseException):
             raise result
     return list(results)  # type: ignore[arg-type]
+
+
+class BudgetChannelAdapter(ChannelNotifyAdapter):
+    """A channel adapter whose wake budgets are string keys (named by :meth:`_hint_key`)
+    changed only by the budget scripts ``_provide_script`` and ``_consume_script``
+    (``PROVIDE_WAKE_HINT``, ``CONSUME_WAKE_HINT``), both sent once
+    :meth:`_ready_to_send` lets commands through."""
+
+    _provide_script: AsyncScript
+    _consume_script: AsyncScript
+
+    @abstractmethod
+    def _hint_key(self, type_name: str) -> str:
+        """The key of ``type_name``'s wake budget (``type_name`` already checked)."""
+
+    async def _ready_to_send(self) -> None:
+        """Wait until commands may be sent: connected."""
+        await self._ready()
+
+    async def provide_wake_hint(self, type_name: str, count: int) -> None:
+        """Add ``count`` to the budget (INCRBY + EXPIRE 60 s, atomically); 0 is a no-op."""
+        check_count(count)
+        key = self._hint_key(encode_payload("type name", type_name))
+        await self._ready_to_send()
+        if count == 0:
+            # INCRBY 0 would create an exhausted budget and hold consumers back.
+            return
+        await self._provide_script(keys=[key], args=[count, HINT_TTL_SECONDS])
+
+    async def consume_wake_hint(self, type_name: str) -> bool:
+        """Take one unit; True when taken or when no budget exists, False when exhausted."""
+        key = self._hint_key(encode_payload("type name", type_name))
+        await self._ready_to_send()
+        taken = await self._consume_script(keys=[key], args=[HINT_TTL_SECONDS])
+        return bool(taken)

@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from queuert_notify.notify.protocol import SignalCallback, TypeNameCallback, Unsubscribe
+from queuert_notify.notify.protocol import (
+    JobIdCallback,
+    SignalCallback,
+    TypeNameCallback,
+    Unsubscribe,
+)
 
 if TYPE_CHECKING:
     from queuert_notify.notify.redis.lists import RedisWakeLists
@@ -70,6 +75,10 @@ class RedisTransport(RedisWakes, Protocol):
     async def listen_job_ownership_lost(
         self, job_id: str, callback: SignalCallback
     ) -> Unsubscribe: ...
+
+    async def listen_every_job_ownership_lost(
+        self, callback: JobIdCallback
+    ) -> Unsubscribe | None: ...
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe: ...
 

@@ -3,6 +3,8 @@ the others keep hearing, and a channel can be listened to again."""
 
 from __future__ import annotations
 
+import pytest
+
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.testing.notify_cases.support import NotifyCases, Recorder, unique
 
@@ -34,6 +36,27 @@ class UnsubscribingCases(NotifyCases):
         await stays.wait_for(3, self.delivery_timeout)
 
         assert gone.calls == [], "same channel, same payload: the unsubscribed one is skipped"
+
+    async def test_a_listener_of_every_job_hears_each_loss_with_its_id_until_it_leaves(
+        self, adapter: NotifyAdapter, peer_adapter: NotifyAdapter
+    ) -> None:
+        self._requires_delivery()
+        every = Recorder()
+        unsubscribe = await adapter.listen_every_job_ownership_lost(every)
+        if unsubscribe is None:
+            pytest.skip("this adapter listens for ownership loss per job only")
+        first, second, after = unique("job"), unique("job"), unique("job")
+        await peer_adapter.notify_job_ownership_lost(first)
+        await peer_adapter.notify_job_ownership_lost(second)
+        await self._sentinel_round(adapter, peer_adapter)
+        await unsubscribe()
+        await unsubscribe()
+        await peer_adapter.notify_job_ownership_lost(after)
+        await self._sentinel_round(adapter, peer_adapter)
+
+        # Other tests' jobs may share the channel: only this test's names are asserted.
+        ours = [call for call in every.calls if call in {(first,), (second,), (after,)}]
+        assert ours == [(first,), (second,)], "each loss once, with its job id, in order"
 
     async def test_unsubscribe_is_idempotent_and_spares_other_listeners(
         self, adapter: NotifyAdapter, peer_adapter: NotifyAdapter

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
 from queuert_notify.errors import NotifyAdapterClosedError
-from queuert_notify.notify.protocol import NotifyAdapter, SignalCallback, Unsubscribe
+from queuert_notify.notify.protocol import NotifyAdapter, Unsubscribe
 from queuert_notify.worker.wake.bounds import CALL_LIMIT, SUBSCRIBE_LIMIT, CallGate
 from state_adapters.backoff import Backoff
 from state_adapters.outage_log import OutageLog
@@ -25,9 +25,11 @@ class WakeSubscriptions:
     subscribed once and kept until :meth:`close`; per-job ownership listening.
 
     Each run listens for its job's ownership loss (:meth:`listen_for_ownership_loss`)
-    and leaves when it ends. That costs no transport round trip per run: the adapters
-    whose one ownership-lost channel carries every job keep it subscribed once it was
-    listened to (``ChannelNotifyAdapter.listen_job_ownership_lost``).
+    and leaves when it ends (:meth:`stop_listening_for_ownership_loss`). Where the
+    adapter has one channel for every job's loss (``listen_every_job_ownership_lost``),
+    the worker listens on it once, at :meth:`open`, and a run only enters and leaves a
+    table keyed by job id: no adapter call, nothing to bound, per run. Otherwise (Redis
+    Cluster's channel per job, an adapter without it) each run listens on its own.
 
     When the notify adapter does not answer at :meth:`open`, :meth:`open_later` keeps
     trying with backoff and calls ``on_reconnect`` once it succeeds (jobs may have been
@@ -64,6 +66,11 @@ class WakeSubscriptions:
         self._ack_outage = OutageLog(logger, "acknowledging wakes")
         self._ack_gate = CallGate(CALL_LIMIT, _CALL_PAUSE)
         self._owls_gate = CallGate(CALL_LIMIT, _CALL_PAUSE)
+        self._every_job = False
+        """Whether one listener, held with the others, hears every job's loss."""
+        self._watched: dict[str, list[Callable[[], None]]] = {}
+        """Job id -> the callbacks of its runs here (two runs of one job may overlap:
+        a run that lost its lease still writes while the job runs again)."""
 
     @property
     def listening(self) -> bool:
@@ -77,6 +84,9 @@ class WakeSubscriptions:
         try:
             async with asyncio.timeout(SUBSCRIBE_LIMIT):
                 held.append(await notify.listen_job_scheduled(self._type_names, self._on_scheduled))
+            every_job = await self._listen_every_job()
+            if every_job is not None:
+                held.append(every_job)
             held.append(notify.on_reconnect(self._on_reconnect))
         except BaseException:
             for unsubscribe in held:
@@ -85,6 +95,26 @@ class WakeSubscriptions:
                         await unsubscribe()
             raise
         self._held = held
+        self._every_job = every_job is not None
+
+    async def _listen_every_job(self) -> Unsubscribe | None:
+        """The one listener for every job's ownership loss, or ``None``: runs listen
+        one by one (the adapter has no such channel, or it failed: the wakeups are in
+        place, so the worker does not poll for it)."""
+        try:
+            async with asyncio.timeout(SUBSCRIBE_LIMIT):
+                return await self._notify.listen_every_job_ownership_lost(self._on_job_lost)
+        except Exception as exc:
+            logger.info(
+                "listening for ownership loss per run: %s",
+                exc if str(exc) else repr(exc),
+                extra={"worker_id": self._worker_id},
+            )
+            return None
+
+    def _on_job_lost(self, job_id: str) -> None:
+        for callback in self._watched.get(job_id, ()):
+            callback()
 
     async def open_or_poll(self, *, required: bool, poll_interval: float) -> None:
         """:meth:`open`; when the notify adapter does not answer, keep trying in the
@@ -125,10 +155,15 @@ class WakeSubscriptions:
         self._retrying = asyncio.create_task(self._open_when_reachable())
 
     async def listen_for_ownership_loss(
-        self, job_id: str, callback: SignalCallback, log_extra: Mapping[str, object]
+        self, job_id: str, callback: Callable[[], None], log_extra: Mapping[str, object]
     ) -> Unsubscribe | None:
-        """Call ``callback`` when another party takes ``job_id`` (``None``: not
-        listening, because the adapter is unreachable or refused)."""
+        """Call ``callback`` when another party takes ``job_id``, until
+        :meth:`stop_listening_for_ownership_loss` with what this returned: the run's own
+        unsubscribe, or ``None`` (heard by the worker's one listener for every job, or
+        not listening because the adapter is unreachable or refused)."""
+        if self._every_job:
+            self._watched.setdefault(job_id, []).append(callback)
+            return None
         if not self.listening or not self._owls_gate.open:
             return None
         try:
@@ -139,6 +174,21 @@ class WakeSubscriptions:
             self._owls_outage.failed("relying on lease renewal", **log_extra)
             return None
 
+    async def stop_listening_for_ownership_loss(
+        self, job_id: str, callback: Callable[[], None], unsubscribe: Unsubscribe | None
+    ) -> None:
+        """Undo :meth:`listen_for_ownership_loss` (which returned ``unsubscribe``); never
+        raises, and waits for the adapter at most one bounded call."""
+        callbacks = self._watched.get(job_id)
+        if callbacks is not None and callback in callbacks:
+            callbacks.remove(callback)
+            if not callbacks:
+                del self._watched[job_id]
+        if unsubscribe is not None:
+            with suppress(Exception):
+                async with asyncio.timeout(CALL_LIMIT):
+                    await unsubscribe()
+
     def background_task(self) -> asyncio.Task[None] | None:
         """The retrying task of :meth:`open_later`, for the worker to cancel."""
         return self._retrying
@@ -146,6 +196,7 @@ class WakeSubscriptions:
     async def close(self) -> None:
         """Unsubscribe everything (the retrying task is the worker's to cancel)."""
         held, self._held = self._held, []
+        self._every_job = False
         for unsubscribe in held:
             try:
                 async with asyncio.timeout(CALL_LIMIT):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from tests.support.alone import ALONE_GROUP, RunLock, is_alone
 from tests.support.redis_cluster import LocalRedisCluster, local_redis_cluster
 from tests.support.services import OwnServer, own_nats_server, own_redis_server, provide_service
 
@@ -18,12 +19,75 @@ one run of it, so it runs once more before it counts as failed. No other test is
 a lost, doubled or wrong result is a failure the first time."""
 
 
+CLUSTER_NOTIFY_KINDS = ("redis_cluster", "redis_cluster_lists")
+
+_RUN_LOCK = pytest.StashKey[RunLock | None]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_RUN_LOCK] = RunLock.of_this_run(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    lock = config.stash.get(_RUN_LOCK, None)
+    if lock is not None:
+        lock.close()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Under xdist, each test waits for its turn (``tests/support/alone.py``) before
+    its fixtures, its timeout and its re-runs begin."""
+    lock = item.config.stash.get(_RUN_LOCK, None)
+    if lock is not None:
+        lock.before(alone=is_alone(item))
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.after(keep=is_alone(item) and is_alone(nextitem))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_alone(item):
+            # xdist joins every group a test is in: an alone test must be in no other.
+            assert not item.get_closest_marker("xdist_group"), f"{item.nodeid}: alone in a group"
+            item.add_marker(pytest.mark.xdist_group(ALONE_GROUP))
+        elif (group := _cluster_group(item)) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
     if not config.pluginmanager.hasplugin("rerunfailures"):
         return  # a venv without pytest-rerunfailures (the Django 6 run): no re-runs
     for item in items:
         if item.get_closest_marker("timing") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup`` xdist marks each grouped test's id with its group;
+    a pytest whose ids it cannot change (9.2, pytest-dev/pytest-xdist#1386) would run
+    the groups' tests side by side, silently: refused instead."""
+    if not session.config.getoption("loadgroup", default=False):
+        return
+    lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group")]
+    if lost and not any("@" in nodeid for nodeid in lost):
+        raise pytest.UsageError(
+            f"xdist_group has no effect with pytest {pytest.__version__} "
+            "(pytest-dev/pytest-xdist#1386): install the dev extra's pytest"
+        )
+
+
+def _cluster_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test on the module's ``redis_cluster`` (module scope: six
+    servers started and settled): one per module, so that under ``--dist loadgroup`` one
+    worker starts it, as a serial run does, instead of every worker a test lands on."""
+    callspec = getattr(item, "callspec", None)
+    notify_kind = callspec.params.get("notify_kind") if callspec is not None else None
+    fixturenames: list[str] = getattr(item, "fixturenames", [])
+    if "redis_cluster" in fixturenames or notify_kind in CLUSTER_NOTIFY_KINDS:
+        return f"redis_cluster:{item.nodeid.split('::', 1)[0]}"
+    return None
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import pytest
 
 from benchmarks import runner
 from benchmarks.cli import run_benchmark
+from tests.support.held_horizon import holds_the_horizon
 
 
 async def test_alternate_varies_which_variant_runs_first_and_which_runs_before_it() -> None:
@@ -508,6 +509,7 @@ async def test_claim_plan_compares_a_never_analyzed_table_with_an_analyzed_one(
     assert "claim server µs/job" in report
 
 
+@holds_the_horizon
 async def test_held_horizon_reports_each_phase_and_the_health_report_at_the_worst_moment(
     postgres_url: str,
 ) -> None:

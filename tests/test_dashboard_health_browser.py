@@ -22,7 +22,7 @@ from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
 from tests.support.dashboard_server import screenshot_paths, served
-from tests.support.held_horizon import churn, held_snapshot
+from tests.support.held_horizon import churn, held_snapshot, holds_the_horizon
 from tests.support.queue_helpers import drop_tables
 
 pytest_plugins = ["tests.support.browser"]
@@ -30,6 +30,7 @@ pytest_plugins = ["tests.support.browser"]
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 
+@holds_the_horizon
 async def test_the_health_page_names_the_held_snapshot_until_it_is_gone(
     browser: Browser, postgres_url: str, prefix: str, tmp_path: Path
 ) -> None:

@@ -19,6 +19,7 @@ pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 @pytest.mark.timing
+@pytest.mark.alone  # a bound in tenths of a second: not beside the suite
 @pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
 @pytest.mark.parametrize("notify_kind", ["redis"], indirect=True)
 async def test_idle_worker_starts_a_job_within_100ms_with_a_60s_poll(

@@ -66,6 +66,7 @@ def _postgres(request: pytest.FixtureRequest, prefix: str) -> BrokenTransport:
 
 
 @pytest.mark.timing
+@pytest.mark.alone  # a bound in tenths of a second: not beside the suite
 @pytest.mark.parametrize("transport_kind", ["nats", "postgres"])
 async def test_after_the_transport_breaks_an_idle_worker_polls_at_once_and_wakes_fast_again(
     transport_kind: str, request: pytest.FixtureRequest, state: Any, prefix: str

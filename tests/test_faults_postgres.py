@@ -33,6 +33,10 @@ LEASE = 6.0
 and a stall of a loaded machine must not cost the lease on top."""
 
 
+CLIENT_PATIENCE = 60.0
+"""Seconds the test's client retries one call through the kills before it gives up."""
+
+
 class BackendKiller:
     """Terminates, every ``interval`` seconds, the backends of one application_name
     (this test's own sessions, never anyone else's) and counts them."""
@@ -128,7 +132,12 @@ async def test_killed_backends_mid_run_lose_no_job_and_complete_none_twice(
 
     total, chunk = 400, 20
     async with (
-        Client(state=state, notify=InProcessNotifyAdapter()) as client,
+        # The client rides through the kills too, retrying each call: on a loaded machine
+        # a connection may take longer than the 0.3 s between two kills for a while, so
+        # it gets more than the default 5 s before it gives up (no promise is about that).
+        Client(
+            state=state, notify=InProcessNotifyAdapter(), database_timeout=CLIENT_PATIENCE
+        ) as client,
         _worker(client, "a", mode, effect, events),
         _worker(client, "b", mode, effect, events),
         BackendKiller(postgres_url, prefix, interval=0.3) as killer,

@@ -26,10 +26,15 @@ from queuert_notify.notify.redis.shared import (
 )
 from tests.support.queue_helpers import ClaimPasses, CountingState, wait_until
 from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_helpers import named
 from tests.support.services import OwnServer
 from tests.support.worker_processes import WorkerProcesses
 
 pytest_plugins = ["tests.support.queue_fixtures", "tests.support.worker_process_fixtures"]
+
+# The module's Redis Cluster (module scope, reached through ``where``) is started once:
+# one xdist worker runs every test of the module.
+pytestmark = pytest.mark.xdist_group(__name__)
 
 CONSUMER_TIMEOUT = 3.0
 """Of the killed worker: long enough for the live one to start and go idle first."""
@@ -59,12 +64,17 @@ async def where(
         admin: Redis | RedisCluster = Redis.from_url(redis_url, decode_responses=True)
 
         async def blocked() -> bool:
+            # The server is shared (tests run in parallel): only this test's connections,
+            # by the name every one of them gives itself (CLIENT SETNAME).
             clients = await admin.client_list()
             return any(
-                c.get("cmd") in ("blmove", "blmpop") and c.get("flags") == "b" for c in clients
+                c.get("name") == prefix
+                and c.get("cmd") in ("blmove", "blmpop")
+                and c.get("flags") == "b"
+                for c in clients
             )
 
-        yield _Where(redis_url, admin, lambda name: name, blocked, cluster=False)
+        yield _Where(named(redis_url, prefix), admin, lambda name: name, blocked, cluster=False)
     else:
         cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
         admin = RedisCluster.from_url(cluster.url, decode_responses=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -64,11 +65,17 @@ def _aware(moment: datetime) -> datetime:
 
 @pytest.mark.parametrize("state_kind", ["sqlite", "postgres"], indirect=True)
 async def test_sigkilled_staged_workers_jobs_complete_once_and_its_late_writes_are_refused(
-    client: Client, state: Any, workers: WorkerProcesses, effects: Any, engine: Any
+    client: Client,
+    state: Any,
+    workers: WorkerProcesses,
+    effects: Any,
+    engine: Any,
+    tmp_path: Path,
 ) -> None:
-    # Attempt 1 never finishes (its worker dies); attempt 2 runs long enough for the
-    # late writes to be replayed while another worker holds the job.
-    specs = [ChainSpec("effect", {"first_attempt_sleep": 60, "sleep": 1.5})] * JOBS
+    # Attempt 1 never finishes (its worker dies); attempt 2 waits at the gate until the
+    # late writes were replayed while the other worker holds the job.
+    gate = tmp_path / "gate"
+    specs = [ChainSpec("effect", {"gate": str(gate)})] * JOBS
     chain_ids = [started.id for started in await client.start_chains(specs)]
     first = workers.start("first", QT_MODE="staged", QT_LEASE=LEASE, QT_POLL="0.5")
 
@@ -87,6 +94,7 @@ async def test_sigkilled_staged_workers_jobs_complete_once_and_its_late_writes_a
     held = await _jobs(client, chain_ids)
     await _replay_late_writes(state, tokens)
     after = await _jobs(client, chain_ids)
+    gate.touch()
     assert _without_lease_expiry(after) == _without_lease_expiry(held), (
         "a late write changed a job another worker holds"
     )

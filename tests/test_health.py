@@ -23,7 +23,7 @@ from queuert_notify import Client, HealthThresholds, NoopNotifyAdapter, SyncClie
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
-from tests.support.held_horizon import churn, held_snapshot
+from tests.support.held_horizon import churn, held_snapshot, holds_the_horizon
 from tests.support.queue_helpers import drop_tables
 
 pytestmark = pytest.mark.timeout(180)
@@ -67,6 +67,7 @@ async def vacuum(engine: AsyncEngine, prefix: str) -> None:
             await conn.execute(text(f"VACUUM {prefix}_{table}"))
 
 
+@holds_the_horizon
 async def test_a_snapshot_held_while_jobs_churn_fails_the_check_until_released_and_vacuumed(
     postgres_url: str, prefix: str, pg_state: SqlAlchemyStateAdapter
 ) -> None:
@@ -107,6 +108,7 @@ async def test_a_snapshot_held_while_jobs_churn_fails_the_check_until_released_a
     assert out.startswith("OK postgresql")
 
 
+@holds_the_horizon
 async def test_a_transaction_is_a_finding_from_the_threshold_on_and_its_literals_never_show(
     postgres_url: str, pg_state: SqlAlchemyStateAdapter
 ) -> None:

@@ -42,7 +42,8 @@ from tests.support.pgbouncer import POOLER_SETTINGS, Bouncer, own_pgbouncer, wor
 from tests.support.queue_helpers import ClaimPasses, drop_tables, wait_until
 from tests.support.redis_helpers import delete_prefix
 
-pytestmark = pytest.mark.timeout(240)
+# The module's PgBouncer (module scope) is started once: one xdist worker runs them all.
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group(__name__)]
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,10 @@ from tests.support.redis_cluster import (
 )
 from tests.support.redis_helpers import publish_blocking
 
+# The module's cluster with a password (module scope) is started once: one xdist worker
+# runs every test of the module.
+pytestmark = pytest.mark.xdist_group(__name__)
+
 PASSWORD = "s3cret-cluster"
 
 

@@ -22,6 +22,10 @@ from tests.support.redis_cluster import (
 )
 from tests.support.redis_helpers import publish_blocking
 
+# The module's TLS cluster (module scope) is started once: one xdist worker
+# runs every test of the module.
+pytestmark = pytest.mark.xdist_group(__name__)
+
 
 @pytest.fixture(scope="module")
 def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:

@@ -24,6 +24,7 @@ pytest_plugins = ["tests.support.queue_fixtures"]
 
 
 @pytest.mark.timing
+@pytest.mark.alone  # a bound in tenths of a second: not beside the suite
 async def test_idle_worker_starts_a_new_job_within_100ms_despite_a_60s_poll(
     client: Client,
 ) -> None:

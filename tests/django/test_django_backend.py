@@ -18,7 +18,9 @@ import redis
 
 from tests.django.conftest import Project
 
-pytestmark = pytest.mark.timeout(300)
+# The Django project (session scope, tests/django/conftest.py: a database, migrations,
+# django.setup()) is built once: one xdist worker runs every Django test.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("django")]
 
 
 @pytest.fixture

@@ -22,7 +22,9 @@ from tests.support.services import free_port
 DOC = Path(__file__).parents[2] / "docs" / "django.md"
 BLOCK = re.compile(r'```(\w*)(?: title="([^"]+)")?\n(.*?)```', re.DOTALL)
 
-pytestmark = pytest.mark.timeout(300)
+# The Django project (session scope, tests/django/conftest.py: a database, migrations,
+# django.setup()) is built once: one xdist worker runs every Django test.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("django")]
 
 
 def blocks() -> tuple[dict[str, str], list[list[str]]]:

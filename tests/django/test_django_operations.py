@@ -20,7 +20,9 @@ from tests.django.conftest import Project
 from tests.django.project import manage
 from tests.support.services import free_port
 
-pytestmark = pytest.mark.timeout(300)
+# The Django project (session scope, tests/django/conftest.py: a database, migrations,
+# django.setup()) is built once: one xdist worker runs every Django test.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("django")]
 
 
 def wait_until(predicate: Any, timeout: float = 120.0) -> None:

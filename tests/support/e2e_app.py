@@ -15,8 +15,9 @@ transaction of its own just before the completion (at least once).
 ``QT_SCHEDULE_EVERY`` (seconds) gives the worker a schedule ``e2e-every`` that starts an
 ``effect`` chain every that many seconds; ``QT_RETENTION`` (seconds) prunes finished chains.
 
-Job input: ``first_attempt_sleep`` (seconds, attempt 1 only) then ``sleep`` (seconds,
-every attempt) before the row is written.
+Job input: ``first_attempt_sleep`` (seconds, attempt 1 only), then ``gate`` (a file
+path: waits until the file exists), then ``sleep`` (seconds, every attempt) before the
+row is written.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import asyncio
 import json
 import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Column, MetaData, String, Table, insert
@@ -96,6 +98,12 @@ def build_worker() -> Worker:
         settings = job.input or {}
         if job.attempt == 1:
             await asyncio.sleep(float(settings.get("first_attempt_sleep", 0)))
+        if "gate" in settings:
+            gate = Path(settings["gate"])
+            while True:  # the test opens it: a file, the one event that crosses processes
+                if await asyncio.to_thread(gate.exists):
+                    break
+                await asyncio.sleep(0.05)
         await asyncio.sleep(float(settings.get("sleep", 0)))
         row = insert(effects).values(job_id=job.id, worker_id=worker_id)
         if mode == "atomic":

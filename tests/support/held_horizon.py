@@ -6,11 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 from sqlalchemy.engine import make_url
 
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.model import Completion, NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
+
+holds_the_horizon = pytest.mark.xdist_group("held_horizon")
+"""The mark of a test that holds a snapshot open for seconds: vacuum removes no dead row
+of this database meanwhile, so tests that check vacuum got through (the report back to
+"ok") must not run beside one. With ``--dist loadgroup`` they all run on one xdist
+worker, one after another; other tests hold a snapshot a moment at most, which the
+checks wait out."""
 
 
 async def held_snapshot(postgres_url: str, *queries: str) -> psycopg.AsyncConnection[Any]:

@@ -307,10 +307,12 @@ class SqlAlchemyStateAdapter(
                     raise
             else:
                 notes.absorb(staged)
+                self._controls.slots_freed()
                 return results
         results, _ = await self._transactions.write(
             session, notes, lambda c, n: self._complete(c, n, completions)
         )
+        self._controls.slots_freed()
         return results
 
     async def complete_and_acquire(
@@ -378,11 +380,15 @@ class SqlAlchemyStateAdapter(
                 notes,
                 lambda c, n: self._complete(c, n, completions, records=False),
             )
+            self._controls.slots_freed()
             claimed = await self.acquire(
                 type_names, worker_id=worker_id, lease_seconds=lease_seconds, limit=limit
             )
         else:
             notes.absorb(staged)
+            if not limited:
+                # A limited claim that ran in this transaction saw the freed slots.
+                self._controls.slots_freed()
         lost = [r if isinstance(r, JobOwnershipLostError) else None for r in done]
         return lost, claimed
 
@@ -455,13 +461,15 @@ class SqlAlchemyStateAdapter(
             else retry_delays(self.backoff_base, self.backoff_cap)
         )
         self._controls.slots_freed()
-        return await self._transactions.write(
+        outcome = await self._transactions.write(
             None,
             notes,
             lambda c, n: failing.fail(
                 self._db, c, n, job_id, lease_token, str(error), delays, final=final, now=_now()
             ),
         )
+        self._controls.slots_freed()
+        return outcome
 
     async def reap_expired_leases(
         self, type_names: Sequence[str] | None, *, notes: NotificationBuffer, limit: int = 100

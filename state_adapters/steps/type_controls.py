@@ -46,6 +46,7 @@ class TypeControls:
         self._loaded_at = float("-inf")
         self._retry_at: dict[str, datetime] = {}
         self._held: set[str] = set()
+        self._frees = 0  # slots_freed calls so far: a claim that overlapped one holds nothing
 
     # -- what is set -------------------------------------------------------------------
 
@@ -230,6 +231,7 @@ class TypeControls:
         for type_name in type_names:
             if len(jobs) >= limit:
                 break
+            frees = self._frees
             outcome = await self._claim_type(
                 type_name, worker_id, leased_until, limit - len(jobs), now, conn
             )
@@ -239,7 +241,9 @@ class TypeControls:
                 self._held.add(type_name)
             else:
                 self._held.discard(type_name)
-            if outcome.retry_at is None:
+            if outcome.retry_at is None or frees != self._frees:
+                # A job ended here while this claim ran: the slot it saw taken may be
+                # free now, so its hold must not outlive that (the type stays due).
                 self._retry_at.pop(type_name, None)
             else:
                 self._retry_at[type_name] = outcome.retry_at
@@ -293,7 +297,10 @@ class TypeControls:
     def slots_freed(self) -> None:
         """A job of this adapter ended (completed or failed): the types held back by
         ``concurrency`` or ``key_concurrency`` may have a free slot, so their due jobs
-        are due again (a rate's hold stays: only time frees it)."""
+        are due again (a rate's hold stays: only time frees it). Called once the ending
+        is written and again once it is committed: a claim that ran in between saw the
+        slot still taken."""
+        self._frees += 1
         for type_name in self._held:
             self._retry_at.pop(type_name, None)
 

@@ -288,21 +288,15 @@ async def test_an_operator_pauses_and_resumes_a_task_queue_in_the_mounted_dashbo
     playwright_api = pytest.importorskip("playwright.async_api")
     from shop.tasks import other_queue
 
-    from tests.support.dashboard_server import CHROMIUM_ARGS, chromium_path
+    from tests.support.browser import chromium
 
     await other_queue.aenqueue("shown in the dashboard")
     expect = playwright_api.expect
-    async with playwright_api.async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=chromium_path(), args=CHROMIUM_ARGS
-        )
-        try:
-            page = await browser.new_page()
-            await page.goto(f"{asgi_server}/queue/?token=s3cret")
-            row = page.locator("tr", has_text="django:other")
-            await row.get_by_role("button", name="Pause").click()
-            await expect(page.locator("#paused")).to_contain_text("django:other")
-            await row.get_by_role("button", name="Resume").click()
-            await expect(page.locator("#paused")).to_have_text("none: workers claim every type")
-        finally:
-            await browser.close()
+    async with chromium() as browser:
+        page = await browser.new_page()
+        await page.goto(f"{asgi_server}/queue/?token=s3cret")
+        row = page.locator("tr", has_text="django:other")
+        await row.get_by_role("button", name="Pause").click()
+        await expect(page.locator("#paused")).to_contain_text("django:other")
+        await row.get_by_role("button", name="Resume").click()
+        await expect(page.locator("#paused")).to_have_text("none: workers claim every type")

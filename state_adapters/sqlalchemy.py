@@ -177,7 +177,7 @@ class SqlAlchemyStateAdapter(
 
     def handler_transaction(self) -> HandlerTransaction:
         """A session on the adapter's engine for one atomic-mode handler run."""
-        return HandlerTransaction(self._sessions)
+        return HandlerTransaction(self._sessions, self._controls.slots_freed)
 
     def connection_capacity(self) -> int | None:
         """The engine's ``pool_size`` (``None`` for a pool without one)."""

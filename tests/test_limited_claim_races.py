@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.util import await_only
 
+from queuert_notify import NoopNotifyAdapter
 from state_adapters.model import Completion, NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
@@ -128,3 +132,34 @@ async def test_a_claim_visits_at_most_max_keys_and_the_next_one_goes_on(
         jobs = await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=10)
         served.append(sorted(j.concurrency_key for j in jobs))
     assert served == [keys[0:3], keys[3:6], keys[6:9], keys[9:]]
+
+
+async def test_a_claim_between_an_atomic_completion_and_its_commit_holds_the_type_no_longer(
+    state: Any, state_kind: str
+) -> None:
+    if state_kind == "sqlite":
+        pytest.skip("SQLite runs one writer at a time: no claim runs inside a commit")
+    await state.start_chains([NewChain(NewJob("t")) for _ in range(2)], notes=_notes())
+    await state.set_limits(
+        "t", concurrency=1, key_concurrency=None, rate=None, per_seconds=None, notes=_notes()
+    )
+    [job] = await state.acquire(["t"], worker_id="w", lease_seconds=30, limit=2)
+    transaction = state.handler_transaction()
+    claimed_meanwhile: list[Any] = []
+
+    def claim_before_commit(_session: Any) -> None:
+        # Another worker's claim pass, while the completion is written but not committed:
+        # the slot is still taken for it, so it holds the type back.
+        claim = state.acquire(["t"], worker_id="w2", lease_seconds=30, limit=1)
+        claimed_meanwhile.extend(await_only(claim))
+
+    event.listen(transaction.session.sync_session, "before_commit", claim_before_commit, once=True)
+    try:
+        completion = Completion(job.id, job.lease_token)
+        assert await transaction.complete(state, completion, NoopNotifyAdapter()) is None
+    finally:
+        await transaction.close()
+    assert claimed_meanwhile == []
+    # The commit freed the slot: the next job is due now, not at the hold's recheck.
+    due = await state.next_due_at(["t"])
+    assert due is not None and due <= datetime.now(UTC)

@@ -27,8 +27,11 @@ class HandlerTransaction:
     failed attempt rolls them back.
     """
 
-    def __init__(self, sessions: Callable[[], AsyncSession]) -> None:
+    def __init__(self, sessions: Callable[[], AsyncSession], committed: Callable[[], None]) -> None:
+        """``committed`` is called once a completion has committed (a limited type's
+        slot is free only then: a claim that ran before saw it taken)."""
         self._sessions = sessions
+        self._committed = committed
         self._session: AsyncSession | None = None
 
     @property
@@ -58,6 +61,7 @@ class HandlerTransaction:
             await session.rollback()
             return outcome
         await session.commit()
+        self._committed()
         return None
 
     async def rollback(self) -> None:

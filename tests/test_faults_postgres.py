@@ -29,11 +29,17 @@ from tests.support.queue_helpers import drop_tables
 from tests.test_postgres_notify import libpq_dsn
 
 LEASE = 10.0
-"""Seconds; renewed every third of it, so a renewal has over 6 s of retries. Kills every
-0.3 s cost a renewal a retry or two, and on a loaded machine each new connection takes
+"""Seconds; renewed every third of it, so a renewal has over 6 s of retries. Each kill
+costs a renewal a retry or two, and on a loaded machine each new connection takes
 a while (6 s ran out once with two test runs side by side); that must not cost the
 lease."""
 
+
+KILL_INTERVAL = 0.6
+"""Seconds between two rounds of kills (each kills every connection of the test). A
+fresh asyncpg connection needs a few round trips (its type introspection) before it
+is of use: on a loaded machine, kills every 0.3 s left the completions of a batch no
+connection that lived long enough for 10 s, and their jobs ran again."""
 
 CLIENT_PATIENCE = 60.0
 """Seconds the test's client retries one call through the kills before it gives up."""
@@ -135,14 +141,14 @@ async def test_killed_backends_mid_run_lose_no_job_and_complete_none_twice(
     total, chunk = 400, 20
     async with (
         # The client rides through the kills too, retrying each call: on a loaded machine
-        # a connection may take longer than the 0.3 s between two kills for a while, so
+        # a connection may take longer than the time between two kills for a while, so
         # it gets more than the default 5 s before it gives up (no promise is about that).
         Client(
             state=state, notify=InProcessNotifyAdapter(), database_timeout=CLIENT_PATIENCE
         ) as client,
         _worker(client, "a", mode, effect, events),
         _worker(client, "b", mode, effect, events),
-        BackendKiller(postgres_url, prefix, interval=0.3) as killer,
+        BackendKiller(postgres_url, prefix, interval=KILL_INTERVAL) as killer,
     ):
         # The client's own writes and reads ride through the kills too.
         chains = []

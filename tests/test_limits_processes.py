@@ -129,10 +129,12 @@ async def test_a_rate_of_50_per_second_is_never_exceeded(
     # (a handler starts a few milliseconds later, by a varying amount).
     most = max(sum(1 for t in claims[i:] if t < c + 1.0 - 1e-6) for i, c in enumerate(claims))
     assert most <= rate
-    # Held-back jobs start as each window frees, not on the minute-long poll (which
-    # would take a minute per window; the bound leaves room for a stalled machine).
+    # Held-back jobs start as each window frees, not on the minute-long poll: one window
+    # whose freeing woke nobody would take 60 s. Three windows' claims take about 2 s;
+    # the bound leaves a loaded machine (15.6 s seen in a CI run beside four other
+    # test runs) all the room below that minute.
     claiming = claims[-1] - claims[0]
-    assert claiming < total / rate + 10, (claiming, elapsed)
+    assert claiming < 45, (claiming, elapsed)
 
 
 @pytest.mark.parametrize("state_kind", ["postgres", "sqlite"], indirect=True)

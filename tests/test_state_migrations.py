@@ -13,12 +13,12 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import func, insert, inspect, select, text
+from sqlalchemy import JSON, func, insert, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from state_adapters import SqlAlchemyStateAdapter, make_metadata, metadata
 from state_adapters.migrations.runner import config_for
-from state_adapters.schema import make_tables
+from state_adapters.schema import JsonDocument, ddl_timestamp, make_tables
 from tests.support.queue_helpers import drop_tables, head_revision
 
 TABLES = (
@@ -221,6 +221,38 @@ async def test_sqlite_tables_of_0010_are_rebuilt_with_text_json_columns_that_kee
         assert [repr(n) for n in again] == [repr(n) for n in numbers]
     finally:
         await engine.dispose()
+
+
+async def test_sqlite_tables_made_from_make_metadata_before_0011_are_adopted_and_rebuilt(
+    tmp_path: Path, prefix: str
+) -> None:
+    # make_metadata declared the JSON columns JSON on SQLite before 0011.
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/jobs.db")
+    before_0011 = make_tables(f"{prefix}_", timestamp=ddl_timestamp, json=JSON).metadata
+    state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(before_0011.create_all)
+        started = await _start(state, 3.5058147284938744e-295)
+        stored = (await state.get_job(started.id)).input
+
+        await state.migrate(adopt=True)
+        assert repr((await state.get_job(started.id)).input) == repr(stored)
+        async with engine.connect() as conn:
+            declared = await conn.run_sync(_declared_json_types, state.tables)
+        assert declared == {"TEXT"}
+    finally:
+        await engine.dispose()
+
+
+def _declared_json_types(sync_conn: Any, tables: Any) -> set[str]:
+    db = inspect(sync_conn)
+    return {
+        str(column["type"])
+        for table in tables.metadata.sorted_tables
+        for column in db.get_columns(table.name)
+        if isinstance(table.c[column["name"]].type, JsonDocument)
+    }
 
 
 def _shape(sync_conn: Any, tables: Any) -> dict[str, Any]:

@@ -10,9 +10,10 @@ for as long as copying its rows takes.
 
 Stored values keep what they read as: the copy turns a REAL into text of 15 digits, so
 each REAL is written again as Python's shortest text of the same double, and reads
-back as before. Tables whose JSON columns are already ``TEXT`` (created by 0001 and
-later since this revision, or by an application's own Alembic from ``make_metadata``)
-are left alone. On the way down the columns are declared ``JSON`` again, and SQLite
+back as before. Tables whose JSON columns are already ``TEXT`` are left alone: those
+made by 0001, 0005, 0009 and 0010 of this release on (their JSON type is
+``JsonDocument``, now declared ``TEXT``), or by an application's Alembic from this
+release's ``make_metadata``. On the way down the columns are declared ``JSON`` again, and SQLite
 turns bare numbers back into REALs and INTEGERs.
 
 Revision ID: 0011

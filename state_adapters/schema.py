@@ -42,6 +42,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -118,11 +119,18 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 
 class JsonDocument(TypeDecorator[Any]):
-    """JSON documents: ``jsonb`` on Postgres, JSON text on SQLite.
+    """JSON documents: ``jsonb`` on Postgres, JSON text in a ``TEXT`` column on SQLite.
 
     The database's type is chosen when an engine first uses the column, not spelled as
     a variant (:func:`ddl_json`), whose ``JSONB`` would load SQLAlchemy's Postgres
     dialect package in every process that builds the tables, on SQLite too.
+
+    On SQLite the column is declared ``TEXT``, not ``JSON``: a declared type of ``JSON``
+    has NUMERIC affinity, under which SQLite stores a document that is a bare number as
+    a REAL or an INTEGER, and gives back another double now and then
+    (``3.505814728493874e-295`` for ``3.5058147284938744e-295``), ``1`` for ``1.0``
+    and ``0`` for ``-0.0``. ``TEXT`` keeps the document's text as written (migration
+    0011 rebuilds older tables).
     """
 
     impl = JSON
@@ -135,15 +143,35 @@ class JsonDocument(TypeDecorator[Any]):
             from sqlalchemy.dialects.postgresql import JSONB
 
             return JSONB()
+        if dialect.name == "sqlite":
+            return _sqlite_json_text()
         return self.impl_instance
 
 
+@cache
+def _sqlite_json_text() -> TypeEngine[Any]:
+    """SQLite's ``JSON`` type (its values as SQLAlchemy writes and reads JSON), in a
+    column declared ``TEXT``. Made on first use, like ``JSONB``: the SQLite dialect
+    package is loaded by processes on SQLite only."""
+    from sqlalchemy.dialects.sqlite import JSON as SqliteJson
+    from sqlalchemy.ext.compiler import compiles
+
+    class JsonText(SqliteJson[Any]):
+        """SQLite's ``JSON``, declared ``TEXT``."""
+
+    @compiles(JsonText, "sqlite")
+    def _declared_text(type_: JsonText, compiler: Any, **kw: Any) -> str:
+        return "TEXT"
+
+    return JsonText()
+
+
 def ddl_json() -> TypeEngine[Any]:
-    """The column type :class:`JsonDocument` stores, as SQLAlchemy's own type: the same
-    DDL (``jsonb`` on Postgres, ``JSON`` on SQLite), spelled without this package."""
+    """The column type :class:`JsonDocument` stores, as SQLAlchemy's own types: the same
+    DDL (``jsonb`` on Postgres, ``TEXT`` on SQLite), spelled without this package."""
     from sqlalchemy.dialects.postgresql import JSONB
 
-    return JSON().with_variant(JSONB(), "postgresql")
+    return JSON().with_variant(JSONB(), "postgresql").with_variant(Text(), "sqlite")
 
 
 def json_type() -> TypeEngine[Any]:

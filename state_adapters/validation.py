@@ -39,7 +39,8 @@ _ID_FORM = re.compile(f"[0-9a-f]{{{ID_LENGTH}}}")
 MAX_JSON_DEPTH = 100
 """Deepest nesting of lists and objects accepted in a JSON value."""
 JSON_INT_MIN, JSON_INT_MAX = -(2**63), 2**63 - 1
-"""Integers in JSON: SQLite turns a larger top-level integer into a float."""
+"""Integers in JSON: what the queue promises to store (SQLite turned a larger
+top-level integer into a float until migration 0011 declared its JSON columns TEXT)."""
 SQL_INT_MIN, SQL_INT_MAX = -(2**31), 2**31 - 1
 """Range of the SQL ``INTEGER`` columns priority and max_attempts."""
 MAX_SECONDS = 1000 * 365 * 24 * 3600.0

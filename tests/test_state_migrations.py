@@ -13,12 +13,12 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import insert, inspect, select, text
+from sqlalchemy import JSON, func, insert, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from state_adapters import SqlAlchemyStateAdapter, make_metadata, metadata
 from state_adapters.migrations.runner import config_for
-from state_adapters.schema import make_tables
+from state_adapters.schema import JsonDocument, ddl_timestamp, make_tables
 from tests.support.queue_helpers import drop_tables, head_revision
 
 TABLES = (
@@ -190,15 +190,110 @@ async def test_a_rate_window_of_revision_0005_holds_after_the_upgrade_and_back(
     assert sum(starts for _, starts in stored) == 4
 
 
+async def test_sqlite_tables_of_0010_are_rebuilt_with_text_json_columns_that_keep_every_value(
+    tmp_path: Path, prefix: str
+) -> None:
+    # Before 0011 the JSON columns were declared JSON (NUMERIC affinity): SQLite kept a
+    # bare number as a REAL or an INTEGER. 0011's downgrade declares them so again.
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/jobs.db")
+    tables = make_tables(f"{prefix}_")
+    state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+    numbers = [3.5058147284938744e-295, 0.1 + 0.2, 1.7976931348623157e308, 1.0, -0.0, 2**63 - 1]
+    try:
+        await state.migrate()
+        async with engine.connect() as conn:
+            migrated = await conn.run_sync(_shape, tables)
+        async with engine.begin() as conn:
+            await conn.run_sync(lambda c: command.downgrade(config_for(c, tables), "0010"))
+        ids = [(await _start(state, n)).id for n in numbers]
+        nested = (await _start(state, {"n": numbers})).id
+        before = [(await state.get_job(i)).input for i in ids]
+        assert sorted(await _stored_types(engine, tables)) == ["integer"] * 3 + ["real"] * 3
+
+        await state.migrate()
+        after = [(await state.get_job(i)).input for i in ids]
+        assert [repr(n) for n in after] == [repr(n) for n in before]
+        assert (await state.get_job(nested)).input == {"n": numbers}
+        assert set(await _stored_types(engine, tables)) == {"text"}
+        async with engine.connect() as conn:
+            assert await conn.run_sync(_shape, tables) == migrated
+        again = [(await state.get_job((await _start(state, n)).id)).input for n in numbers]
+        assert [repr(n) for n in again] == [repr(n) for n in numbers]
+    finally:
+        await engine.dispose()
+
+
+async def test_sqlite_tables_made_from_make_metadata_before_0011_are_adopted_and_rebuilt(
+    tmp_path: Path, prefix: str
+) -> None:
+    # make_metadata declared the JSON columns JSON on SQLite before 0011.
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/jobs.db")
+    before_0011 = make_tables(f"{prefix}_", timestamp=ddl_timestamp, json=JSON).metadata
+    state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(before_0011.create_all)
+        started = await _start(state, 3.5058147284938744e-295)
+        stored = (await state.get_job(started.id)).input
+
+        await state.migrate(adopt=True)
+        assert repr((await state.get_job(started.id)).input) == repr(stored)
+        async with engine.connect() as conn:
+            declared = await conn.run_sync(_declared_json_types, state.tables)
+        assert declared == {"TEXT"}
+    finally:
+        await engine.dispose()
+
+
+def _declared_json_types(sync_conn: Any, tables: Any) -> set[str]:
+    db = inspect(sync_conn)
+    return {
+        str(column["type"])
+        for table in tables.metadata.sorted_tables
+        for column in db.get_columns(table.name)
+        if isinstance(table.c[column["name"]].type, JsonDocument)
+    }
+
+
+def _shape(sync_conn: Any, tables: Any) -> dict[str, Any]:
+    """Each queue table's columns, keys and indexes (partial ones' predicates included)."""
+    db = inspect(sync_conn)
+    shape: dict[str, Any] = {}
+    for table in tables.metadata.sorted_tables:
+        indexes = db.get_indexes(table.name)
+        for index in indexes:
+            index["dialect_options"] = {k: str(v) for k, v in index["dialect_options"].items()}
+        columns = db.get_columns(table.name)
+        shape[table.name] = (
+            [(c["name"], str(c["type"]), c["nullable"], c["default"]) for c in columns],
+            db.get_pk_constraint(table.name),
+            db.get_unique_constraints(table.name),
+            sorted(indexes, key=lambda index: str(index["name"])),
+        )
+    return shape
+
+
+async def _stored_types(engine: AsyncEngine, tables: Any) -> list[str]:
+    """SQLite's storage class of each job's input whose document is not an object."""
+    jobs = tables.jobs
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            select(func.typeof(jobs.c.input)).where(func.json_type(jobs.c.input) != "object")
+        )
+        return list(rows.scalars())
+
+
 def _notes() -> Any:
     from state_adapters.notifications import NotificationBuffer
 
     return NotificationBuffer()
 
 
-async def _start(state: SqlAlchemyStateAdapter) -> Any:
+async def _start(state: SqlAlchemyStateAdapter, input: Any = None) -> Any:
     from state_adapters.model import NewChain, NewJob
     from state_adapters.notifications import NotificationBuffer
 
-    (started,) = await state.start_chains([NewChain(NewJob("t"))], notes=NotificationBuffer())
+    (started,) = await state.start_chains(
+        [NewChain(NewJob("t", input))], notes=NotificationBuffer()
+    )
     return started

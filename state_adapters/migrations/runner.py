@@ -18,17 +18,19 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import JSON, inspect
 from sqlalchemy.engine import Connection
 
 from state_adapters.errors import ConfigurationError
-from state_adapters.schema import Tables
+from state_adapters.schema import JsonDocument, Tables
 
 SCRIPT_LOCATION = "state_adapters:migrations"
 TABLES_REVISION = "0006"
 """The newest revision that changed the tables (keep it so): adopted tables that match
 the newest schema are stamped with it, then the later revisions run (0007: the
-Postgres function of limited claims; 0008: the tables' autovacuum settings)."""
+Postgres function of limited claims; 0008: the tables' autovacuum settings; 0009 and
+0010 find their tables there; 0011 rebuilds SQLite tables whose JSON columns are still
+declared ``JSON``)."""
 
 
 def config_for(connection: Connection, tables: Tables) -> Config:
@@ -47,8 +49,10 @@ def upgrade(connection: Connection, tables: Tables, *, adopt: bool = False) -> N
     Queue tables that exist without the version table raise
     :class:`ConfigurationError`, unless ``adopt``: then, if they match the newest
     revision exactly, the version table is created and stamped with
-    :data:`TABLES_REVISION`, and the revisions after it add what is not a table (no
-    table changes); if they differ, the differences are the error.
+    :data:`TABLES_REVISION`, and the revisions after it add what is not a table (the
+    only table change: 0011 declares SQLite's JSON columns ``TEXT`` where an older
+    ``make_metadata`` declared them ``JSON``); if they differ, the differences are the
+    error.
     """
     config = config_for(connection, tables)
     db = inspect(connection)
@@ -88,12 +92,31 @@ def schema_differences(connection: Connection, tables: Tables) -> list[str]:
     context = MigrationContext.configure(
         connection,
         opts={
-            "compare_type": True,
+            "compare_type": _compare_type,
             "include_schemas": tables.schema is not None,
             "include_name": include_name,
         },
     )
     return [_describe(diff) for diff in compare_metadata(context, tables.metadata)]
+
+
+def _compare_type(
+    context: MigrationContext,
+    inspected_column: Any,
+    metadata_column: Any,
+    inspected_type: Any,
+    metadata_type: Any,
+) -> bool | None:
+    """Alembic's comparison (``None``), but for a JSON column SQLite declares ``JSON``
+    (``make_metadata`` before migration 0011): no difference, as 0011 runs after the
+    stamp and rebuilds its table."""
+    if (
+        context.dialect.name == "sqlite"
+        and isinstance(metadata_type, JsonDocument)
+        and isinstance(inspected_type, JSON)
+    ):
+        return False
+    return None
 
 
 def _describe(diff: Any) -> str:

@@ -81,6 +81,11 @@ JSON_SHAPES: list[Any] = [
     0,
     -7,
     1.5,
+    # Doubles a database must not round: SQLite read the first back one bit off while it
+    # kept a bare number in a column of NUMERIC affinity (before migration 0011).
+    3.5058147284938744e-295,
+    5e-324,
+    0.1 + 0.2,
     "text",
     "",
     [],

@@ -67,9 +67,12 @@ async def with_state(
     """``action`` on a state adapter of the database, whose engine is disposed after.
     Only with ``create`` (``migrate``) does a SQLite file that did not exist stay behind:
     any other command leaves none (it found no tables there anyway)."""
-    from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+    from queuert_notify.cli import uncollected
 
-    engine = create_engine(database_url)
+    with uncollected():
+        from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+
+        engine = create_engine(database_url)
     made = [] if create else await asyncio.to_thread(_missing_sqlite_files, engine)
     try:
         await check_reachable(engine, database_url)

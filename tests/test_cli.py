@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -78,6 +79,43 @@ def test_migrate_then_inspect_chains(tmp_path: Path, prefix: str) -> None:
     code, output = _invoke("chains", "show", *common, "no-such-chain")
     assert code == 1
     assert "ChainNotFoundError" in output
+
+
+def test_stored_values_print_as_they_are_never_as_markup(tmp_path: Path, prefix: str) -> None:
+    url = f"sqlite:///{tmp_path}/jobs.db"
+    common = ("--database-url", url, "--table-prefix", f"{prefix}_")
+    assert _invoke("migrate", *common)[0] == 0
+    # Rich markup and an emoji code, as data: "[/x]" closes no tag (rich's MarkupError
+    # stopped the command), "[red]" and ":smile:" are text to show as they are.
+    value = "[/x] [red]not red[/red] :smile:"
+    chain_id = asyncio.run(
+        _run_a_chain(f"sqlite+aiosqlite:///{tmp_path}/jobs.db", f"{prefix}_", {"to": value})
+    )
+    for command in (("chains", "list"), ("chains", "show", chain_id)):
+        code, output = _invoke(*command, *common)
+        assert code == 0, output
+        assert value in output
+
+
+async def _run_a_chain(url: str, table_prefix: str, echoed: dict[str, str]) -> str:
+    """A chain whose job returns its input: ``echoed`` is its input and its output."""
+    from queuert_notify.client.client import Client
+    from queuert_notify.notify.noop import NoopNotifyAdapter
+    from queuert_notify.testing import run_until_idle
+    from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
+
+    async def echo(job: Any, ctx: Any) -> Any:
+        return job.input
+
+    engine = create_async_engine(url)
+    try:
+        state = SqlAlchemyStateAdapter(engine, table_prefix=table_prefix)
+        async with Client(state=state, notify=NoopNotifyAdapter()) as client:
+            chain = await client.start_chain("send-email", echoed)
+            assert await run_until_idle(client, {"send-email": echo}) == 1
+        return chain.id
+    finally:
+        await engine.dispose()
 
 
 def test_cancel_retry_and_delete_a_chain(tmp_path: Path, prefix: str) -> None:

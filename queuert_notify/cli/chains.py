@@ -15,7 +15,16 @@ from queuert_notify.cli.options import (
     redis_url_option,
     table_prefix_option,
 )
-from queuert_notify.cli.output import console, record, run, short, titled_table, to_json, when
+from queuert_notify.cli.output import (
+    console,
+    line,
+    record,
+    run,
+    short,
+    titled_table,
+    to_json,
+    when,
+)
 from queuert_notify.cli.types import describe
 from queuert_notify.cli.workers import Unhandled, unhandled
 from state_adapters.model import ALL_STATUSES, unhandled_line
@@ -119,9 +128,13 @@ def chains_show(database_url: str, table_prefix: str, chain_id: str, as_json: bo
         click.echo(to_json({"chain": record(chain), "jobs": [record(j) for j in ordered]}))
         return
     console().print(
-        f"chain [bold]{chain.id}[/] ({chain.type_name}): [bold]{chain.status}[/], "
-        f"created {when(chain.created_at)}, completed {when(chain.completed_at)}",
-        highlight=False,
+        line(
+            "chain ",
+            (chain.id, "bold"),
+            f" ({chain.type_name}): ",
+            (chain.status, "bold"),
+            f", created {when(chain.created_at)}, completed {when(chain.completed_at)}",
+        )
     )
     console().print(f"output: {short(chain.output, 500)}", highlight=False)
     table = titled_table("jobs")
@@ -200,4 +213,6 @@ def _print_chain(chain: Any, as_json: bool) -> None:
     if as_json:
         click.echo(to_json({"chain": record(chain)}))
         return
-    console().print(f"chain [bold]{chain.id}[/] ({chain.type_name}): [bold]{chain.status}[/]")
+    console().print(
+        line("chain ", (chain.id, "bold"), f" ({chain.type_name}): ", (chain.status, "bold"))
+    )

@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from queuert_notify.cli.database import check_reachable, create_engine
-from queuert_notify.cli.output import console, run
+from queuert_notify.cli.output import console, line, run
 from queuert_notify.errors import mask_url
 
 if TYPE_CHECKING:
@@ -46,8 +46,11 @@ def demo(
     where = mask_url(database_url) if database_url else "a fresh SQLite file"
     via = mask_url(redis_url) if redis_url else "in-process notify"
     console().print(
-        f"[bold]queuert-notify demo[/]: {chains} chains x 3 jobs, {workers} workers x "
-        f"{concurrency} slots ({mode} mode), on {where} with {via}"
+        line(
+            ("queuert-notify demo", "bold"),
+            f": {chains} chains x 3 jobs, {workers} workers x "
+            f"{concurrency} slots ({mode} mode), on {where} with {via}",
+        )
     )
 
     async def go() -> DemoReport:

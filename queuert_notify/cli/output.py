@@ -18,6 +18,7 @@ from queuert_notify.errors import QueuertError
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
 T = TypeVar("T")
 
@@ -43,13 +44,22 @@ def console() -> Console:
     # console and tables are ~100 M instructions to import).
     from rich.console import Console
 
-    # No emoji codes: a stored value's ":name:" prints as stored (and rich's table of
-    # codes, ~4 % of its import, stays unloaded).
-    terminal = Console(emoji=False)
+    # No markup and no emoji codes: what is printed is data (a stored value's "[/x]"
+    # would stop the command with rich's MarkupError, its ":name:" would turn into an
+    # emoji); emphasis is styled text (:func:`line`). Rich's table of emoji codes, ~4 %
+    # of its import, so stays unloaded.
+    terminal = Console(emoji=False, markup=False)
     if not terminal.is_terminal and "COLUMNS" not in os.environ:
         # Into a file or a pipe: lines as long as they need, not folded at 80 columns.
-        return Console(width=_UNFOLDED_WIDTH, emoji=False)
+        return Console(width=_UNFOLDED_WIDTH, emoji=False, markup=False)
     return terminal
+
+
+def line(*parts: str | tuple[str, str]) -> Text:
+    """A line to print: each part as it is, a ``(text, style)`` pair styled (``"bold"``)."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)
 
 
 def titled_table(title: str) -> Table:

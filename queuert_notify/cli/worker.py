@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from queuert_notify.cli.output import console, run
+from queuert_notify.cli.output import console, line, run
 from queuert_notify.observe import log_format as logs
 from queuert_notify.worker.supervisor import (
     EXIT_DO_NOT_RESTART,
@@ -125,9 +125,12 @@ async def _run_worker(target: str, startup_timeout: float | None, *, supervised:
     try:
         async with worker.client:
             console().print(
-                f"worker [bold]{worker.worker_id}[/] handling {', '.join(worker.type_names)} "
-                f"(concurrency {worker.concurrency}, {worker.mode} mode)",
-                highlight=False,
+                line(
+                    "worker ",
+                    (worker.worker_id, "bold"),
+                    f" handling {', '.join(worker.type_names)} "
+                    f"(concurrency {worker.concurrency}, {worker.mode} mode)",
+                )
             )
             if supervised:
                 await run_supervised(worker)

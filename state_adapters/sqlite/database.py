@@ -184,7 +184,7 @@ class Sqlite:
     async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
         """Two executemany inserts: the chains, then their first jobs."""
         await conn.execute(*self.sql.insert_chains(job_rows))
-        await conn.execute(*self.sql.insert_jobs(job_rows))
+        await conn.execute(*self.sql.insert_new_jobs(job_rows))
 
     async def complete(
         self,

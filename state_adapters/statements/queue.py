@@ -73,26 +73,6 @@ def job_columns(tables: Tables) -> list[ColumnElement[Any]]:
     return [tables.jobs.c[name] for name in JOB_FIELDS]
 
 
-_NEW_JOB_COLUMNS = (
-    "id",
-    "chain_id",
-    "chain_index",
-    "type_name",
-    "input",
-    "status",
-    "priority",
-    "created_at",
-    "scheduled_at",
-    "attempt",
-    "max_attempts",
-    "deduplication_key",
-    "blockers_pending",
-    "trace_context",
-    "concurrency_key",
-)
-"""The columns a new job's row has a value in (``records.job_row``)."""
-
-
 class Statements:
     """The queue's statements on one table set, shaped by one dialect."""
 
@@ -156,20 +136,6 @@ class Statements:
     @cached_property
     def _insert_jobs(self) -> Insert:
         return insert(self.tables.jobs)
-
-    def insert_new_jobs(self, job_rows: Sequence[Mapping[str, Any]]) -> Batch:
-        """Insert the first jobs of new chains: only the columns a new job has a value
-        in, the others (output, progress, the lease's, ...) left NULL; each row binds 15
-        parameters instead of 22 (binding is most of an enqueue's statement time on
-        SQLite)."""
-        return Batch(self._insert_new_jobs, list(job_rows))
-
-    @cached_property
-    def _insert_new_jobs(self) -> Insert:
-        jobs = self.tables.jobs.c
-        return insert(self.tables.jobs).values(
-            {name: bindparam(name, type_=jobs[name].type) for name in _NEW_JOB_COLUMNS}
-        )
 
     def insert_blockers(self, rows: Sequence[Mapping[str, str]]) -> Batch:
         """Record which chains blocked jobs wait for (``job_id``, ``blocker_chain_id``)."""

@@ -5,7 +5,8 @@ Every transaction does both, timed separately: ``with transaction.atomic():
 Row.objects.create(...); task.enqueue(...)``, every other transaction enqueueing first.
 An untimed ``SELECT 1`` opens each transaction, so neither measure carries the BEGIN
 that psycopg sends before the transaction's first statement. Redis wakeups on: the
-publish goes to the sender thread after COMMIT, off both measures. A Postgres database
+publish goes to the sender thread after COMMIT, but its Python holds the GIL while the
+next transaction runs, so it lands in whichever measure runs then. A Postgres database
 of the run's own (dropped afterwards) and a SQLite file (WAL, ``BEGIN IMMEDIATE``).
 One Postgres row starts the chain with the statement of a batch (a JSON document)
 instead of the one-chain ``INSERT ... VALUES``: what the one-chain statement saves.

@@ -182,7 +182,15 @@ class PostgresStatements:
         )
         return (
             insert(t.jobs)
-            .values(**values, chain_id=values["id"], chain_index=literal(0), attempt=literal(0))
+            # The first job's index and attempt are always 0: written into the SQL, not
+            # bound (with client-side binding, as Django's, every parameter is quoted
+            # into the statement's text on each run).
+            .values(
+                **values,
+                chain_id=values["id"],
+                chain_index=literal_column("0", Integer),
+                attempt=literal_column("0", Integer),
+            )
             .add_cte(new_chain)
         )
 

@@ -11,8 +11,9 @@ never for a rolled-back transaction or savepoint.
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from django.core import checks
@@ -93,17 +94,16 @@ class QueuertTaskBackend(BaseTaskBackend):  # type: ignore[misc]
         with instrumentation.active().starting_chains([spec]) as observed:
             chain = spec.to_new_chain(result.id, trace_context=observed.trace_context)
             notes = NotificationBuffer()
-            with transaction.atomic(using=alias, savepoint=False):
-                tables = self._tables(alias)
-                with connections[alias].cursor() as cursor:
+            connection = connections[alias]
+            with _in_transaction(connection, alias):
+                tables = self._queue_tables
+                with connection.cursor() as cursor:
                     conn = tables.on(cursor)
                     started = run_to_completion(
                         tables.state.start_chains([chain], notes=notes, session=conn)
                     )
                 if notes:
-                    transaction.on_commit(
-                        partial(self._announcer.after_commit, notes, _committed), using=alias
-                    )
+                    connection.on_commit(partial(self._announcer.after_commit, notes, _committed))
             observed.started(started)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -111,7 +111,7 @@ class QueuertTaskBackend(BaseTaskBackend):  # type: ignore[misc]
     def get_result(self, result_id: str) -> TaskResult:
         """The task's result as stored now; ``TaskResultDoesNotExist`` for an unknown id."""
         alias = self.settings.database
-        tables = self._tables(alias)
+        tables = self._queue_tables
         with connections[alias].cursor() as cursor:
             try:
                 job = run_to_completion(
@@ -129,8 +129,10 @@ class QueuertTaskBackend(BaseTaskBackend):  # type: ignore[misc]
             messages.append(checks.Error(problem, id="queuert_notify.E001"))
         return messages
 
-    def _tables(self, alias: str) -> QueueTables:
-        connection = connections[alias]
+    @cached_property
+    def _queue_tables(self) -> QueueTables:
+        """The statements for the alias's database (its vendor and driver are fixed)."""
+        connection = connections[self.settings.database]
         psycopg2 = connection.vendor == "postgresql" and not is_psycopg3
         return queue_tables(
             connection.vendor, table_prefix=self.settings.table_prefix, psycopg2=psycopg2
@@ -152,6 +154,18 @@ def _announcer(redis_url: str | None, prefix: str) -> Announcer:
             notify = RedisNotifyAdapter(url=redis_url, prefix=prefix)
             announcer = _announcers[(redis_url, prefix)] = announcer_for(notify)
     return announcer
+
+
+def _in_transaction(connection: Any, alias: str) -> AbstractContextManager[Any]:
+    """The enqueue's transaction: the current atomic block when there is one (an error
+    marks it for rollback, as Django's own ``save()`` does: no savepoint to pay for),
+    else one of its own."""
+    block: AbstractContextManager[Any] = (
+        transaction.mark_for_rollback_on_error(using=alias)
+        if connection.in_atomic_block
+        else transaction.atomic(using=alias)
+    )
+    return block
 
 
 def _committed() -> bool:

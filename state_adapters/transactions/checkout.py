@@ -8,10 +8,11 @@ left: Starlette cancels it again at every await) raises out of the checkout with
 connection still counted as checked out and nothing left to return it. The garbage
 collector finds it later ("non-checked-in connection"); a small pool runs out before.
 
-So the checkout and the close run to their end whatever happens to the caller
-meanwhile (:class:`_ToTheEnd`), in the caller's own task: a pooled connection's
-checkout and close mostly await nothing at all, and a task of their own (the
-``asyncio.shield`` way) would cost three event-loop iterations per connection.
+So the checkout runs in a task of its own, and the close runs to its end whatever
+happens to the caller meanwhile (:class:`_ToTheEnd`) in the caller's own task: a
+pooled connection's close mostly awaits nothing at all, and awaits no timeout of the
+caller's task when it does, and a task of its own (the ``asyncio.shield`` way) would
+cost event-loop iterations per connection.
 """
 
 from __future__ import annotations
@@ -27,16 +28,28 @@ T = TypeVar("T")
 
 
 async def start(engine: AsyncEngine) -> AsyncConnection:
-    """``await engine.connect()``, whose checkout runs to its end when the caller is
-    cancelled meanwhile; the connection is then closed and the cancellation re-raised.
-    A cancelled caller waiting on an exhausted pool so waits for a connection (at most
-    the pool's timeout) before it stops."""
-    checkout = _ToTheEnd(engine.connect().start())
-    conn = await checkout
-    if checkout.cancelled is not None:
-        await _ToTheEnd(conn.close())
-        raise checkout.cancelled
-    return conn
+    """``await engine.connect()``, whose checkout runs to its end in a task of its own
+    when the caller is cancelled meanwhile; the connection is then closed and the
+    cancellation re-raised. A cancelled caller waiting on an exhausted pool so waits
+    for a connection (at most the pool's timeout) before it stops.
+
+    A task, not :class:`_ToTheEnd`: a checkout may open a connection or wait on the
+    pool under a timeout of the driver's (asyncpg's ``connect``) or the pool's
+    (``wait_for`` on Python 3.12), which cancels the task it was entered in; run in
+    the caller's task, that cancellation would be kept from the checkout, which would
+    then wait past its timeout."""
+    checkout = asyncio.ensure_future(engine.connect().start())
+    cancelled = None
+    while not checkout.done():
+        try:
+            await asyncio.shield(checkout)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        if not checkout.cancelled() and checkout.exception() is None:
+            await _ToTheEnd(checkout.result().close())
+        raise cancelled
+    return checkout.result()
 
 
 @asynccontextmanager

@@ -37,7 +37,17 @@ async def start(engine: AsyncEngine) -> AsyncConnection:
     pool under a timeout of the driver's (asyncpg's ``connect``) or the pool's
     (``wait_for`` on Python 3.12), which cancels the task it was entered in; run in
     the caller's task, that cancellation would be kept from the checkout, which would
-    then wait past its timeout."""
+    then wait past its timeout. Unless the pool hands over a live idle connection
+    (:func:`_hands_over_at_once`): no connect and no wait, so no such timeout, and the
+    checkout runs in the caller's task (:class:`_ToTheEnd`), sparing the task's
+    event-loop iterations."""
+    if _hands_over_at_once(engine):
+        inline = _ToTheEnd(engine.connect().start())
+        conn = await inline
+        if inline.cancelled is not None:
+            await _ToTheEnd(conn.close())
+            raise inline.cancelled
+        return conn
     checkout = asyncio.ensure_future(engine.connect().start())
     cancelled = None
     while not checkout.done():
@@ -50,6 +60,27 @@ async def start(engine: AsyncEngine) -> AsyncConnection:
             await _ToTheEnd(checkout.result().close())
         raise cancelled
     return checkout.result()
+
+
+def _hands_over_at_once(engine: AsyncEngine) -> bool:
+    """Whether ``engine``'s pool (SQLAlchemy's asyncio queue pool) will hand over an
+    idle connection that it need not reopen, nor ping: the checkout then neither
+    connects nor waits. Read from the pool's private state as the pool's own checkout
+    reads it (``_ConnectionRecord.get_connection``); anything else, or an attribute
+    missing in another SQLAlchemy version, says no."""
+    pool: Any = engine.sync_engine.pool
+    try:
+        idle = pool._pool.__dict__["_queue"]._queue  # the memoized asyncio.Queue's deque
+        record = idle[-1] if pool._pool.use_lifo else idle[0]
+        return bool(
+            record.dbapi_connection is not None
+            and not pool._pre_ping
+            and pool._recycle < 0
+            and pool._invalidate_time <= record.starttime
+            and record._soft_invalidate_time <= record.starttime
+        )
+    except (AttributeError, KeyError, IndexError):
+        return False
 
 
 @asynccontextmanager

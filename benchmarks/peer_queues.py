@@ -40,7 +40,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psycopg
@@ -114,6 +114,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated async Postgres drivers of ours' enqueue and batch rows: "
         "psycopg, asyncpg",
     )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="a checkout of another commit: ours' enqueue and batch rows also run from it, "
+        "alternating with this tree's",
+    )
     parser.add_argument("--venv", default=str(_ROOT / ".bench-peers"))
     parser.add_argument("--oban-venv", default=str(_ROOT / ".bench-oban"))
     parser.add_argument("--postgres-url", default=services.postgres_url())
@@ -129,10 +135,16 @@ class Side:
     command: tuple[str, ...]
     postgres: bool = True
     sqlalchemy_url: bool = False
+    root: Path = _ROOT
+    """The checkout the driver runs from (``--baseline``: another commit's)."""
 
 
 def _ours(
-    state: str, notify: str, args: argparse.Namespace, processes: int = 1, driver: str = "psycopg"
+    state: str,
+    notify: str,
+    args: argparse.Namespace,
+    processes: int = 1,
+    driver: str = "psycopg",
 ) -> Side:
     database = _OURS_STATE[state] + (f" ({driver})" if driver != "psycopg" else "")
     name = f"queuert-notify, {database} + {_OURS_NOTIFY[notify]}"
@@ -252,8 +264,8 @@ async def run_side(side: Side, workload: list[str], args: argparse.Namespace) ->
             *side.command,
             *workload,
             f"--dsn={dsn}",
-            cwd=_ROOT,
-            env={**os.environ, "PYTHONPATH": str(_ROOT)},
+            cwd=side.root,
+            env={**os.environ, "PYTHONPATH": str(side.root)},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -328,12 +340,35 @@ async def run(args: argparse.Namespace) -> str:
             for n in ("noop", "redis")
         ]
         sqlite = [_ours("sqlite", n, args) for n in ("noop", "in-process")] if args.sqlite else []
-        sides = [*postgres, pg_floor, *defaults, *sqlite, *([lite_floor] if sqlite else [])]
+        baseline = (
+            []
+            if args.baseline is None
+            else [
+                replace(side, name=f"{side.name} [baseline]", root=Path(args.baseline))
+                for side in postgres
+            ]
+        )
+        sides = [
+            *postgres,
+            *baseline,
+            pg_floor,
+            *defaults,
+            *sqlite,
+            *([lite_floor] if sqlite else []),
+        ]
 
         def floor_ratios(column: str, figure: str) -> list[tuple[str, str, str, str]]:
-            return [
-                (column, side.name, pg_floor.name, figure) for side in [*postgres, *defaults]
-            ] + [(column, side.name, lite_floor.name, figure) for side in sqlite]
+            return (
+                [
+                    (column, side.name, pg_floor.name, figure)
+                    for side in [*postgres, *baseline, *defaults]
+                ]
+                + [(column, side.name, lite_floor.name, figure) for side in sqlite]
+                + [
+                    (f"{figure} / baseline", side.name, before.name, figure)
+                    for side, before in zip(postgres, baseline, strict=False)
+                ]
+            )
 
         if "enqueue" in workloads:
             sections.append(

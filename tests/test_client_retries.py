@@ -70,6 +70,7 @@ class LostCommit:
         self._active = True
         event.listen(self.engine.sync_engine, "commit", self._on_commit)
         event.listen(self.engine.sync_engine, "before_cursor_execute", self._before_statement)
+        event.listen(self.engine.sync_engine, "after_cursor_execute", self._after_statement)
         event.listen(self.engine.sync_engine, "checkout", self._on_checkout)
         return self
 
@@ -77,6 +78,7 @@ class LostCommit:
         self._active = False
         event.remove(self.engine.sync_engine, "commit", self._on_commit)
         event.remove(self.engine.sync_engine, "before_cursor_execute", self._before_statement)
+        event.remove(self.engine.sync_engine, "after_cursor_execute", self._after_statement)
         event.remove(self.engine.sync_engine, "checkout", self._on_checkout)
 
     def _on_checkout(self, dbapi_connection: Any, *args: Any) -> None:
@@ -92,8 +94,8 @@ class LostCommit:
         return True
 
     def _on_commit(self, connection: Connection) -> None:
-        if self.fired or (not self.committed and _autocommit(connection)):
-            return
+        if self.fired or _autocommit(connection):
+            return  # an autocommit statement is broken around the statement itself
         self.fired += 1
         raw: Any = connection.connection.dbapi_connection
         if self.committed:
@@ -108,8 +110,18 @@ class LostCommit:
             raw.close()
 
     def _before_statement(self, connection: Connection, *args: Any) -> None:
-        statement: str = args[1]
-        if self.fired or self.committed or not _autocommit(connection):
+        if not self.committed:
+            self._break_write(connection, args[1])
+
+    def _after_statement(self, connection: Connection, *args: Any) -> None:
+        # The adapter runs its statements on the driver connection and calls this once
+        # the driver returned (state_adapters/drivers): the write is committed then.
+        if self.committed:
+            self._break_write(connection, args[1])
+
+    def _break_write(self, connection: Connection, statement: str) -> None:
+        """Close the connection of an autocommit write as if it was lost, and fail it."""
+        if self.fired or not _autocommit(connection):
             return
         if statement.lstrip().upper().startswith("SELECT"):
             return

@@ -26,6 +26,7 @@ from queuert_notify.errors import (
     NotifyAdapterClosedError,
     WaitChainTimeoutError,
 )
+from queuert_notify.notify.noop import NoopNotifyAdapter
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.observe import instrumentation
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
@@ -441,7 +442,11 @@ class Client(ChainActions, QueueOperations):
         they go out on the adapter's sender task, in commit order, so a slow or hung
         server never holds up the write that owes them. Notifications are hints: a
         transport failure is logged, never raised, and workers find the jobs on their
-        next poll."""
+        next poll. The noop adapter publishes nowhere: nothing is sent to it (no sender
+        task per write)."""
+        if type(self.notify) is NoopNotifyAdapter:
+            notes.clear()
+            return
         send_later(self.notify, notes)
 
 

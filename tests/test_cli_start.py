@@ -141,23 +141,32 @@ def test_the_listing_shows_each_commands_own_help() -> None:
     assert "Did you mean one of: 'worker', 'workers'?" in mistyped.value.format_message()
 
 
-def test_only_the_program_skips_collecting_at_exit() -> None:
-    # Run as the program (sys.argv), the command freezes the collector's objects as it
-    # ends; called with arguments (a test, an application), it leaves them alone.
+def _called_then_as_program(preamble: str, argv: list[str], report: str) -> str:
+    """What ``report`` (an expression) gives in a fresh interpreter that ran
+    ``preamble``, then the CLI called with ``argv`` (as a test or an application calls
+    it), then the CLI run as the program on the same arguments (``sys.argv``)."""
     probe = (
         "import gc, sys\n"
+        f"{preamble}\n"
         "from queuert_notify.cli import main\n"
-        "main(['--help'], standalone_mode=False)\n"
+        f"main({argv!r}, standalone_mode=False)\n"
         "called = gc.get_freeze_count()\n"
-        "sys.argv = ['queuert-notify', '--help']\n"
+        f"sys.argv = ['queuert-notify', *{argv!r}]\n"
         "try:\n"
         "    main()\n"
         "except SystemExit:\n"
-        "    print(called, gc.get_freeze_count() > 0)\n"
+        f"    print({report})\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "0 True"
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_only_the_program_skips_collecting_at_exit() -> None:
+    # Run as the program (sys.argv), the command freezes the collector's objects as it
+    # ends; called with arguments (a test, an application), it leaves them alone.
+    report = "called, gc.get_freeze_count() > 0"
+    assert _called_then_as_program("", ["--help"], report) == "0 True"
 
 
 def test_the_program_loads_a_commands_libraries_uncollected_and_collects_after(
@@ -170,27 +179,17 @@ def test_the_program_loads_a_commands_libraries_uncollected_and_collects_after(
     url = f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}"
     command = "from queuert_notify.cli import main\nmain({argv!r}, standalone_mode=False)"
     _after(command.format(argv=["migrate", "--database-url", url]), "modules")
-    probe = (
-        "import gc, sys\n"
+    preamble = (
         "import state_adapters.sqlalchemy as adapter\n"
         "seen = []\n"
         "reads = adapter.SqlAlchemyStateAdapter.list_chains\n"
         "async def list_chains(self, **options):\n"
         "    seen.append((gc.isenabled(), gc.get_freeze_count() > 0))\n"
         "    return await reads(self, **options)\n"
-        "adapter.SqlAlchemyStateAdapter.list_chains = list_chains\n"
-        "from queuert_notify.cli import main\n"
-        f"argv = ['chains', 'list', '--database-url', {url!r}, '--json']\n"
-        "main(argv, standalone_mode=False)\n"
-        "sys.argv = ['queuert-notify', *argv]\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit:\n"
-        "    print(seen)\n"
+        "adapter.SqlAlchemyStateAdapter.list_chains = list_chains"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[(True, False), (True, True)]"
+    argv = ["chains", "list", "--database-url", url, "--json"]
+    assert _called_then_as_program(preamble, argv, "seen") == "[(True, False), (True, True)]"
 
 
 def test_chains_list_on_sqlite_loads_nothing_of_postgres(tmp_path: Path) -> None:

@@ -177,24 +177,39 @@ class LocalRedisCluster:
             return f"rediss://{auth}{address}/?ssl_ca_certs={self.tls.ca_cert}"
         return f"redis://{auth}{address}"
 
-    def start(self) -> None:
+    def start(self, attempts: int = 3) -> None:
+        """Six nodes on free ports, joined into a cluster. A port found free may be taken
+        by another test process before its node binds it (seen once in a CI run:
+        `redis-cli --cluster create` failed for a whole module): then all six start
+        again on other ports, ``attempts`` times at most."""
+        for attempt in range(attempts):
+            created = self._create(self.workdir / f"attempt{attempt}")
+            if created.returncode == 0:
+                self.wait_settled()
+                return
+            self.stop()
+            self.nodes.clear()
+        raise RuntimeError(
+            f"redis-cli --cluster create failed {attempts} times; the last said: "
+            f"{(created.stdout + created.stderr).decode(errors='replace').strip()[-2000:]}"
+        )
+
+    def _create(self, workdir: Path) -> subprocess.CompletedProcess[bytes]:
         for index in range(6):
-            workdir = self.workdir / f"node{index}"
-            workdir.mkdir(parents=True)
-            node = ClusterNode(free_port(), free_port(), workdir, self.password, self.tls)
+            node_dir = workdir / f"node{index}"
+            node_dir.mkdir(parents=True)
+            node = ClusterNode(free_port(), free_port(), node_dir, self.password, self.tls)
             self.nodes.append(node)
             node.start()
         create = ["redis-cli", "--cluster", "create", *(node.address for node in self.nodes)]
         auth = ["-a", self.password, "--no-auth-warning"] if self.password is not None else []
         if self.tls is not None:
             auth += ["--tls", "--cacert", str(self.tls.ca_cert)]
-        subprocess.run(
+        return subprocess.run(
             [*create, "--cluster-replicas", "1", "--cluster-yes", *auth],
-            check=True,
             capture_output=True,
             timeout=60,
         )
-        self.wait_settled()
 
     def stop(self) -> None:
         for node in self.nodes:

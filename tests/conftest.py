@@ -152,3 +152,11 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRed
     """A local Redis Cluster (3 masters + 3 replicas) of this test module's own; tests
     may kill, restart and reshard it, and leave it settled for the next test."""
     yield from local_redis_cluster(tmp_path_factory.mktemp("redis-cluster"))
+
+
+@pytest.fixture
+def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedisCluster]:
+    """The module's ``redis_cluster``; afterwards the faults this test left are undone
+    (paused nodes resumed, killed ones restarted) and its keys deleted."""
+    yield redis_cluster
+    redis_cluster.settle(prefix)

@@ -9,7 +9,7 @@ scoped); every test leaves it settled with all six nodes running.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,13 +24,7 @@ from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.notifications import NotificationBuffer
 from tests.support.leaks import connections_to, unclosed_reports
 from tests.support.queue_helpers import wait_until
-from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
-
-
-@pytest.fixture
-def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedisCluster]:
-    yield redis_cluster
-    redis_cluster.settle(prefix)
+from tests.support.redis_cluster import LocalRedisCluster
 
 
 @pytest.fixture
@@ -39,12 +33,8 @@ async def adapters(
 ) -> AsyncIterator[tuple[RedisNotifyAdapter, RedisNotifyAdapter]]:
     """A listening adapter and a publishing one, on the same prefix."""
     async with (
-        RedisNotifyAdapter(
-            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-        ) as listener,
-        RedisNotifyAdapter(
-            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-        ) as publisher,
+        cluster.adapter(prefix) as listener,
+        cluster.adapter(prefix) as publisher,
     ):
         yield listener, publisher
 
@@ -99,9 +89,7 @@ async def test_a_worker_with_a_60s_poll_runs_every_job_through_a_masters_death(
         return int(job.input["n"])
 
     def notify() -> RedisNotifyAdapter:
-        return RedisNotifyAdapter(
-            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-        )
+        return cluster.adapter(prefix)
 
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}")
     try:
@@ -144,9 +132,7 @@ async def test_a_sync_clients_publisher_follows_a_killed_master_to_its_replica(
     heard, reconnects = Recorder(), Recorder()
     listener.on_reconnect(reconnects)
     await listener.listen_job_scheduled([type_name], heard)
-    publisher = RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-    ).blocking_publisher()
+    publisher = cluster.adapter(prefix).blocking_publisher()
     try:
         await asyncio.to_thread(publisher.publish, notes)  # its slot map names ``doomed``
         await heard.wait_for(1, within=5.0)
@@ -200,9 +186,7 @@ async def test_close_while_a_master_is_down_is_prompt_and_leaves_no_task(
     # Waits a close must not make: the close timeout, and the reconciler's wait for a
     # subscription's confirmation (the connect timeout). Both long, so that the bound
     # below leaves a stalled machine room and still tells a prompt close from a wait.
-    adapter = RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, close_timeout=30.0, connect_timeout=30.0
-    )
+    adapter = cluster.adapter(prefix, close_timeout=30.0, connect_timeout=30.0)
     try:
         await adapter.connect()
         reconnects = Recorder()
@@ -259,9 +243,7 @@ async def test_a_master_that_hangs_without_closing_its_socket_is_left_by_the_slo
     doomed = cluster.masters()[0]
     replica = cluster.replica_of(doomed)
     type_name = _type_on(cluster, prefix, doomed)
-    async with RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-    ) as listener:
+    async with cluster.adapter(prefix) as listener:
         reconnects, scheduled = Recorder(), Recorder()
         listener.on_reconnect(reconnects)
         await listener.listen_job_scheduled([type_name], scheduled)
@@ -270,9 +252,7 @@ async def test_a_master_that_hangs_without_closing_its_socket_is_left_by_the_slo
         try:
             await asyncio.to_thread(cluster.wait_for_failover, doomed, replica)
             await reconnects.wait_for(2, within=20.0)
-            async with RedisNotifyAdapter(
-                cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-            ) as publisher:
+            async with cluster.adapter(prefix) as publisher:
                 await publisher.notify_job_scheduled(type_name)
                 await scheduled.wait_for(1, within=5.0)
         finally:
@@ -289,9 +269,7 @@ async def test_a_close_held_up_by_a_hanging_master_still_closes_the_cluster_clie
     collector, which redis-py reports as "Unclosed ClusterNode object"."""
     doomed = cluster.masters()[0]
     with unclosed_reports() as reports:
-        adapter = RedisNotifyAdapter(
-            cluster.url, prefix=prefix, cluster=True, close_timeout=1.0, connect_timeout=60.0
-        )
+        adapter = cluster.adapter(prefix, close_timeout=1.0, connect_timeout=60.0)
         await adapter.connect()
         before = connections_to(doomed)
         await asyncio.to_thread(cluster.pause, doomed)

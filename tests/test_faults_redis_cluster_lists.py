@@ -10,23 +10,14 @@ scoped); every test leaves it settled with all six nodes running.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
-import pytest
 from redis.crc import key_slot
 
-from queuert_notify import RedisNotifyAdapter
 from queuert_notify.notify.redis.lists_lines import SOCKET_TIMEOUT
 from queuert_notify.testing import Recorder
 from tests.support.queue_helpers import wait_until
-from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
+from tests.support.redis_cluster import LocalRedisCluster
 from tests.test_redis_cluster_lists import lists_adapter, tokens_of
-
-
-@pytest.fixture
-def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedisCluster]:
-    yield redis_cluster
-    redis_cluster.settle(prefix)
 
 
 def _type_on(cluster: LocalRedisCluster, prefix: str, port: int, skip: int = 0) -> str:
@@ -143,14 +134,7 @@ async def test_close_while_a_master_is_down_is_bounded_and_leaves_no_task(
     # Long enough that the orderly close (a loop's stop grace, the give-back, an unblock:
     # about 3.5 s at worst) ends within it on a stalled machine too; the bound below
     # still holds the close to it.
-    consumer = RedisNotifyAdapter(
-        cluster.url,
-        prefix=prefix,
-        cluster=True,
-        wake="lists",
-        close_timeout=8.0,
-        connect_timeout=CLUSTER_CONNECT_TIMEOUT,
-    )
+    consumer = cluster.adapter(prefix, wake="lists", close_timeout=8.0)
     try:
         await consumer.connect()
         reconnects = Recorder()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from functools import partial
 
 import pytest
@@ -21,48 +21,22 @@ from redis.crc import key_slot
 from queuert_notify import ConfigurationError, RedisNotifyAdapter
 from queuert_notify.notify.redis.adapter import MAX_PAYLOAD_BYTES
 from queuert_notify.notify.redis.cluster import cluster_hint_key, cluster_name
-from queuert_notify.testing import NotifyAdapterConformance, Recorder
-from queuert_notify.testing.notify_conformance import ForceReconnect, PoisonBudget
+from queuert_notify.testing import Recorder
+from queuert_notify.testing.notify_conformance import PoisonBudget
 from tests.support.queue_helpers import all_but_the_slowest
-from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
+from tests.support.redis_cluster import ClusterConformance, LocalRedisCluster
 from tests.support.redis_helpers import poison_redis_budget
 from tests.support.services import free_port
 
 
-@pytest.fixture
-def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedisCluster]:
-    """The module's cluster; this test's keys are deleted afterwards."""
-    yield redis_cluster
-    redis_cluster.delete_prefix(prefix)
-
-
 def _types_on_every_master(cluster: LocalRedisCluster, prefix: str, per_master: int) -> list[str]:
     """Type names whose wake channels spread over every master, ``per_master`` each."""
-    wanted = dict.fromkeys(cluster.masters(), per_master)
-    names: list[str] = []
-    index = 0
-    while any(wanted.values()):
-        name = f"type-{index}"
-        index += 1
-        owner = cluster.owner_of(cluster_name(prefix, "sched", name))
-        if wanted[owner]:
-            wanted[owner] -= 1
-            names.append(name)
-    return names
+    return cluster.names_on_every_master(partial(cluster_name, prefix, "sched"), per_master)
 
 
-class TestRedisClusterNotifyAdapter(NotifyAdapterConformance):
+class TestRedisClusterNotifyAdapter(ClusterConformance):
     """The conformance suite: ``adapter`` from a URL, ``peer_adapter`` on a caller-owned
     RedisCluster client, so both ways of building the adapter are exercised."""
-
-    @pytest.fixture
-    async def adapter(
-        self, cluster: LocalRedisCluster, prefix: str
-    ) -> AsyncIterator[RedisNotifyAdapter]:
-        async with RedisNotifyAdapter(
-            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-        ) as adapter:
-            yield adapter
 
     @pytest.fixture
     async def poison_wake_budget(
@@ -72,34 +46,11 @@ class TestRedisClusterNotifyAdapter(NotifyAdapterConformance):
         yield partial(poison_redis_budget, client, lambda t: cluster_hint_key(prefix, t))
         await client.aclose()
 
-    @pytest.fixture
-    async def force_reconnect(self, cluster: LocalRedisCluster) -> AsyncIterator[ForceReconnect]:
-        async def kill_subscribers() -> None:
-            assert await asyncio.to_thread(cluster.kill_shard_subscribers) > 0
-
-        yield kill_subscribers
-
-    @pytest.fixture
-    async def peer_adapter(
-        self, cluster: LocalRedisCluster, prefix: str
-    ) -> AsyncIterator[RedisNotifyAdapter]:
-        client = RedisCluster.from_url(cluster.url)
-        try:
-            async with RedisNotifyAdapter(client=client, prefix=prefix) as peer:
-                yield peer
-        finally:
-            await client.aclose()
-
 
 async def test_twenty_listeners_budget_of_three_exactly_three_wake(
     cluster: LocalRedisCluster, prefix: str
 ) -> None:
-    adapters = [
-        RedisNotifyAdapter(
-            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-        )
-        for _ in range(20)
-    ]
+    adapters = [cluster.adapter(prefix) for _ in range(20)]
     results: list[bool] = []
     done = Recorder()
     try:
@@ -138,9 +89,7 @@ def test_names_of_different_values_never_collide() -> None:
 async def test_a_type_name_with_a_brace_gets_its_budget_and_its_wakeup(
     cluster: LocalRedisCluster, prefix: str
 ) -> None:
-    async with RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-    ) as adapter:
+    async with cluster.adapter(prefix) as adapter:
         rec = Recorder()
         await adapter.listen_job_scheduled(["odd}name", "{plain}"], rec)
         await adapter.notify_jobs_scheduled({"odd}name": 1, "{plain}": 1})
@@ -156,9 +105,7 @@ async def test_notify_jobs_scheduled_runs_one_script_per_slot_on_the_slots_maste
     broadcast: no PUBLISH anywhere, one EVALSHA per slot, SPUBLISH where the slot lives."""
     types = _types_on_every_master(cluster, prefix, per_master=2)
     counts = {name: 2 for name in types}
-    async with RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-    ) as adapter:
+    async with cluster.adapter(prefix) as adapter:
         rec = Recorder()
         await adapter.listen_job_scheduled(types, rec)
         before = {port: cluster.command_calls(port) for port in cluster.masters()}
@@ -182,9 +129,7 @@ async def test_one_subscriber_connection_per_master_that_owns_a_subscribed_slot(
     cluster: LocalRedisCluster, prefix: str
 ) -> None:
     types = _types_on_every_master(cluster, prefix, per_master=5)
-    async with RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-    ) as adapter:
+    async with cluster.adapter(prefix) as adapter:
         unsubscribes = [await adapter.listen_job_scheduled(types, Recorder())]
         for index in range(10):
             unsubscribes.append(await adapter.listen_chain_completed(f"chain-{index}", Recorder()))
@@ -206,9 +151,7 @@ async def test_a_master_with_no_subscribed_slot_gets_no_subscriber_connection(
 ) -> None:
     one_master = _types_on_every_master(cluster, prefix, per_master=1)[0]
     owner = cluster.owner_of(cluster_name(prefix, "sched", one_master))
-    async with RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-    ) as adapter:
+    async with cluster.adapter(prefix) as adapter:
         await adapter.listen_job_scheduled([one_master], Recorder())
         connections = {
             port: cluster.shard_subscriber_connections(port) for port in cluster.masters()
@@ -224,12 +167,8 @@ async def test_no_delivery_waits_for_another_nodes_read_timeout(
     message wait for the other nodes' one-second read timeouts."""
     types = _types_on_every_master(cluster, prefix, per_master=2)
     async with (
-        RedisNotifyAdapter(
-            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-        ) as listener,
-        RedisNotifyAdapter(
-            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-        ) as publisher,
+        cluster.adapter(prefix) as listener,
+        cluster.adapter(prefix) as publisher,
     ):
         rec = Recorder()
         await listener.listen_job_scheduled(types, rec)
@@ -249,9 +188,7 @@ async def test_malformed_payloads_from_strangers_are_ignored_and_counted(
 ) -> None:
     stranger = RedisCluster.from_url(cluster.url)
     try:
-        async with RedisNotifyAdapter(
-            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-        ) as adapter:
+        async with cluster.adapter(prefix) as adapter:
             scheduled = Recorder()
             await adapter.listen_job_scheduled(["t"], scheduled)
             channel = cluster_name(prefix, "sched", "t")
@@ -285,9 +222,7 @@ async def test_a_caller_owned_cluster_client_is_used_and_never_closed(
 
 async def test_close_leaves_no_task_running(cluster: LocalRedisCluster, prefix: str) -> None:
     before = asyncio.all_tasks()
-    adapter = RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-    )
+    adapter = cluster.adapter(prefix)
     try:
         await adapter.connect()
         adapter.on_reconnect(Recorder())

@@ -9,7 +9,8 @@ Faults (failover, resharding, a killed worker) are in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from functools import partial
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
@@ -23,27 +24,14 @@ from queuert_notify.notify.redis.shared import (
     processing_key,
     token_list_key,
 )
-from queuert_notify.testing import NotifyAdapterConformance, Recorder
-from queuert_notify.testing.notify_conformance import ForceReconnect, PoisonBudget
+from queuert_notify.testing import Recorder
+from queuert_notify.testing.notify_conformance import PoisonBudget
 from tests.support.queue_helpers import wait_until
-from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
-
-
-@pytest.fixture
-def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedisCluster]:
-    """The module's cluster; this test's keys are deleted afterwards."""
-    yield redis_cluster
-    redis_cluster.delete_prefix(prefix)
+from tests.support.redis_cluster import ClusterConformance, LocalRedisCluster
 
 
 def lists_adapter(cluster: LocalRedisCluster, prefix: str) -> RedisNotifyAdapter:
-    return RedisNotifyAdapter(
-        cluster.url,
-        prefix=prefix,
-        cluster=True,
-        wake="lists",
-        connect_timeout=CLUSTER_CONNECT_TIMEOUT,
-    )
+    return cluster.adapter(prefix, wake="lists")
 
 
 def tokens_of(prefix: str, type_name: str) -> str:
@@ -53,31 +41,18 @@ def tokens_of(prefix: str, type_name: str) -> str:
 
 def types_on_every_master(cluster: LocalRedisCluster, prefix: str, per_master: int) -> list[str]:
     """Type names whose token lists spread over every master, ``per_master`` each."""
-    wanted = dict.fromkeys(cluster.masters(), per_master)
-    names: list[str] = []
-    index = 0
-    while any(wanted.values()):
-        name = f"type-{index}"
-        index += 1
-        owner = cluster.owner_of(tokens_of(prefix, name))
-        if wanted[owner]:
-            wanted[owner] -= 1
-            names.append(name)
-    return names
+    return cluster.names_on_every_master(partial(tokens_of, prefix), per_master)
 
 
-class TestRedisClusterListsNotifyAdapter(NotifyAdapterConformance):
+class TestRedisClusterListsNotifyAdapter(ClusterConformance):
     """The conformance suite on cluster + lists: ``adapter`` from a URL, ``peer_adapter``
     on a caller-owned RedisCluster client."""
 
+    wake = "lists"
     wake_per_unit = True
-
-    @pytest.fixture
-    async def adapter(
-        self, cluster: LocalRedisCluster, prefix: str
-    ) -> AsyncIterator[RedisNotifyAdapter]:
-        async with lists_adapter(cluster, prefix) as adapter:
-            yield adapter
+    # The reconnect cases listen on shard channels (chain completed), which lists mode
+    # keeps, so killing the shard subscribers forces them; the failover tests drop the
+    # blocking connections.
 
     @pytest.fixture
     async def poison_wake_budget(
@@ -96,26 +71,6 @@ class TestRedisClusterListsNotifyAdapter(NotifyAdapterConformance):
 
         yield poison
         await client.aclose()
-
-    @pytest.fixture
-    async def force_reconnect(self, cluster: LocalRedisCluster) -> AsyncIterator[ForceReconnect]:
-        # The reconnect cases listen on shard channels (chain completed), which lists
-        # mode keeps; the failover tests drop the blocking connections.
-        async def kill_subscribers() -> None:
-            assert await asyncio.to_thread(cluster.kill_shard_subscribers) > 0
-
-        yield kill_subscribers
-
-    @pytest.fixture
-    async def peer_adapter(
-        self, cluster: LocalRedisCluster, prefix: str
-    ) -> AsyncIterator[RedisNotifyAdapter]:
-        client = RedisCluster.from_url(cluster.url)
-        try:
-            async with RedisNotifyAdapter(client=client, prefix=prefix, wake="lists") as peer:
-                yield peer
-        finally:
-            await client.aclose()
 
 
 @pytest.mark.parametrize("type_name", ["send-email", "a{b", "has}brace", "}", "{x}", "é", ""])

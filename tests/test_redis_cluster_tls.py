@@ -8,19 +8,20 @@ The nodes have no plaintext port, so every delivery below crossed a TLS connecti
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from queuert_notify import ConfigurationError, RedisNotifyAdapter
-from queuert_notify.testing import NotifyAdapterConformance, Recorder
+from queuert_notify.testing import Recorder
 from tests.support.redis_cluster import (
-    CLUSTER_CONNECT_TIMEOUT,
+    ClusterConformance,
     LocalRedisCluster,
     local_redis_cluster,
+    sync_publisher_reaches_every_master,
+    url_adapter_hears_every_master,
 )
-from tests.support.redis_helpers import publish_blocking
 
 # The module's TLS cluster (module scope) is started once: one xdist worker
 # runs every test of the module.
@@ -28,15 +29,9 @@ pytestmark = pytest.mark.xdist_group(__name__)
 
 
 @pytest.fixture(scope="module")
-def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:
+    """This module's cluster is a TLS one (``cluster`` in conftest.py serves it)."""
     yield from local_redis_cluster(tmp_path_factory.mktemp("redis-cluster-tls"), tls=True)
-
-
-@pytest.fixture
-def cluster(tls_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedisCluster]:
-    """The module's TLS cluster; this test's keys are deleted afterwards."""
-    yield tls_cluster
-    tls_cluster.delete_prefix(prefix)
 
 
 def _tls_client(cluster: LocalRedisCluster) -> RedisCluster:
@@ -48,70 +43,26 @@ def _tls_client(cluster: LocalRedisCluster) -> RedisCluster:
     )
 
 
-def _subscribers_per_master(cluster: LocalRedisCluster) -> list[int]:
-    return [cluster.shard_subscriber_connections(port) for port in cluster.masters()]
-
-
-class TestRedisClusterOverTls(NotifyAdapterConformance):
+class TestRedisClusterOverTls(ClusterConformance):
     """The conformance suite: ``adapter`` from a ``rediss://`` URL, ``peer_adapter`` on
     a caller-owned TLS client."""
 
-    @pytest.fixture
-    async def adapter(
-        self, cluster: LocalRedisCluster, prefix: str
-    ) -> AsyncIterator[RedisNotifyAdapter]:
-        async with RedisNotifyAdapter(
-            cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-        ) as adapter:
-            yield adapter
-
-    @pytest.fixture
-    async def peer_adapter(
-        self, cluster: LocalRedisCluster, prefix: str
-    ) -> AsyncIterator[RedisNotifyAdapter]:
-        client = _tls_client(cluster)
-        try:
-            async with RedisNotifyAdapter(client=client, prefix=prefix) as peer:
-                yield peer
-        finally:
-            await client.aclose()
+    def peer_client(self, cluster: LocalRedisCluster) -> RedisCluster:
+        return _tls_client(cluster)
 
 
 async def test_a_rediss_url_subscribes_on_every_master_over_tls(
     cluster: LocalRedisCluster, prefix: str
 ) -> None:
     assert cluster.url.startswith("rediss://")
-    async with RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-    ) as adapter:
-        rec = Recorder()
-        types = [f"type-{index}" for index in range(12)]  # spread over every master
-        await adapter.listen_job_scheduled(types, rec)
-        await adapter.notify_jobs_scheduled(dict.fromkeys(types, 1))
-        await rec.wait_for(len(types), within=5.0)
-        assert sorted(call[0] for call in rec.calls) == sorted(types)
-        assert _subscribers_per_master(cluster) == [1, 1, 1]
-        assert await adapter.consume_wake_hint(types[0]) is True
-        assert await adapter.consume_wake_hint(types[0]) is False
+    await url_adapter_hears_every_master(cluster, prefix)
 
 
 async def test_a_sync_clients_publisher_reaches_every_master_over_tls_from_the_url(
     cluster: LocalRedisCluster, prefix: str
 ) -> None:
-    types = [f"type-{index}" for index in range(12)]  # spread over every master
-    async with RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-    ) as listener:
-        rec = Recorder()
-        await listener.listen_job_scheduled(types, rec)
-        await publish_blocking(
-            RedisNotifyAdapter(
-                cluster.url, prefix=prefix, cluster=True, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-            ),
-            types,
-        )
-        await rec.wait_for(len(types), within=5.0)
-        assert sorted(call[0] for call in rec.calls) == sorted(types)
+    assert cluster.url.startswith("rediss://")
+    await sync_publisher_reaches_every_master(cluster, prefix)
 
 
 async def test_a_caller_owned_tls_client_lends_its_tls_settings_to_the_subscribers(
@@ -127,7 +78,7 @@ async def test_a_caller_owned_tls_client_lends_its_tls_settings_to_the_subscribe
             for chain in chains:
                 await adapter.notify_chain_completed(chain)
             await rec.wait_for(len(chains), within=5.0)
-            assert _subscribers_per_master(cluster) == [1, 1, 1]
+            assert cluster.subscribers_per_master() == [1, 1, 1]
     finally:
         await client.aclose()
 

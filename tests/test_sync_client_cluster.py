@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,7 +28,7 @@ from queuert_notify.notify.redis.cluster import NOTIFY_JOBS_SCHEDULED_SHARDED, c
 from queuert_notify.notify.redis.shared import PUSH_WAKE_TOKENS, hash_tag, issued_key
 from queuert_notify.testing import Recorder
 from queuert_notify.worker.worker import Worker
-from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
+from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.services import free_port
 from tests.test_redis_cluster_lists import tokens_of, types_on_every_master
 
@@ -38,17 +38,8 @@ pytestmark = pytest.mark.parametrize("state_kind", ["postgres"], indirect=True)
 WAKES = pytest.mark.parametrize("wake", ["pubsub", "lists"])
 
 
-@pytest.fixture
-def cluster(redis_cluster: LocalRedisCluster, prefix: str) -> Iterator[LocalRedisCluster]:
-    """The module's cluster; this test's keys are deleted afterwards."""
-    yield redis_cluster
-    redis_cluster.delete_prefix(prefix)
-
-
 def adapter(cluster: LocalRedisCluster, prefix: str, wake: WakeMode) -> RedisNotifyAdapter:
-    return RedisNotifyAdapter(
-        cluster.url, prefix=prefix, cluster=True, wake=wake, connect_timeout=CLUSTER_CONNECT_TIMEOUT
-    )
+    return cluster.adapter(prefix, wake=wake)
 
 
 def start_in_thread(

@@ -25,7 +25,7 @@ from queuert_notify import (
 from queuert_notify.notify.nats import default_bucket
 from queuert_notify.notify.protocol import NotifyAdapter
 from queuert_notify.notify.redis.adapter import WakeMode
-from tests.support.redis_cluster import CLUSTER_CONNECT_TIMEOUT, LocalRedisCluster
+from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_helpers import delete_prefix
 
 STATE_KINDS = ["sqlite", "postgres", "asyncpg"]
@@ -86,13 +86,7 @@ def make_notify(notify_kind: str, request: pytest.FixtureRequest, prefix: str) -
     if notify_kind in ("redis_cluster", "redis_cluster_lists"):
         cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
         wake: WakeMode = "lists" if notify_kind == "redis_cluster_lists" else "pubsub"
-        return RedisNotifyAdapter(
-            cluster.url,
-            prefix=prefix,
-            cluster=True,
-            wake=wake,
-            connect_timeout=CLUSTER_CONNECT_TIMEOUT,
-        )
+        return cluster.adapter(prefix, wake=wake)
     if notify_kind == "postgres":
         return PostgresNotifyAdapter(request.getfixturevalue("postgres_url"), prefix=prefix)
     if notify_kind == "nats":

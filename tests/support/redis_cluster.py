@@ -12,22 +12,30 @@ speaks only TLS, to clients, replicas and the cluster bus alike.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
+from queuert_notify import RedisNotifyAdapter
+from queuert_notify.notify.redis.adapter import WakeMode
+from queuert_notify.testing import NotifyAdapterConformance, Recorder
+from queuert_notify.testing.notify_conformance import ForceReconnect
+from tests.support.redis_helpers import publish_blocking
 from tests.support.services import free_port, wait_for_port
 
 NODE_TIMEOUT_MS = 1000  # failure detection; a failover takes about two of these
@@ -177,6 +185,12 @@ class LocalRedisCluster:
             return f"rediss://{auth}{address}/?ssl_ca_certs={self.tls.ca_cert}"
         return f"redis://{auth}{address}"
 
+    def adapter(self, prefix: str, **options: Any) -> RedisNotifyAdapter:
+        """A cluster adapter from :attr:`url` with the tests' ``connect_timeout``
+        (:data:`CLUSTER_CONNECT_TIMEOUT`); ``options`` are the adapter's others."""
+        options.setdefault("connect_timeout", CLUSTER_CONNECT_TIMEOUT)
+        return RedisNotifyAdapter(self.url, prefix=prefix, cluster=True, **options)
+
     def start(self, attempts: int = 3) -> None:
         """Six nodes on free ports, joined into a cluster. A port found free may be taken
         by another test process before its node binds it (seen once in a CI run:
@@ -247,6 +261,21 @@ class LocalRedisCluster:
                     return name
                 skip -= 1
 
+    def names_on_every_master(self, key_of: Callable[[str], str], per_master: int) -> list[str]:
+        """Type names ("type-N") whose keys ``key_of(name)`` spread over every master,
+        ``per_master`` on each."""
+        wanted = dict.fromkeys(self.masters(), per_master)
+        names: list[str] = []
+        index = 0
+        while any(wanted.values()):
+            name = f"type-{index}"
+            index += 1
+            owner = self.owner_of(key_of(name))
+            if wanted[owner]:
+                wanted[owner] -= 1
+                names.append(name)
+        return names
+
     def masters(self) -> list[int]:
         """Ports of the masters that serve at least one slot."""
         return sorted({int(entry[2][1]) for entry in self._cluster_slots()})
@@ -281,6 +310,10 @@ class LocalRedisCluster:
         """Client connections of node ``port`` subscribed to at least one shard channel."""
         with self.node(port).client() as client:
             return sum(1 for entry in client.client_list() if int(entry.get("ssub", 0)) > 0)
+
+    def subscribers_per_master(self) -> list[int]:
+        """:meth:`shard_subscriber_connections` of each master, by port."""
+        return [self.shard_subscriber_connections(port) for port in self.masters()]
 
     def blocked_movers(self, port: int) -> int:
         """Client connections of node ``port`` blocked in ``BLMOVE``/``BLMPOP`` right now."""
@@ -412,6 +445,72 @@ class LocalRedisCluster:
             with suppress(RedisError), node.client() as client:
                 seen |= {int(entry[2][1]) for entry in client.execute_command("CLUSTER SLOTS")}
         return seen
+
+
+class ClusterConformance(NotifyAdapterConformance):
+    """The notify conformance suite on the test module's cluster (the ``cluster``
+    fixture): ``adapter`` from its URL, ``peer_adapter`` on a caller-owned client
+    (:meth:`peer_client`), so both ways of building an adapter are exercised; a
+    reconnect is forced by killing the shard subscribers' connections."""
+
+    wake: WakeMode = "pubsub"
+
+    def peer_client(self, cluster: LocalRedisCluster) -> RedisCluster:
+        return RedisCluster.from_url(cluster.url)
+
+    @pytest.fixture
+    async def adapter(
+        self, cluster: LocalRedisCluster, prefix: str
+    ) -> AsyncIterator[RedisNotifyAdapter]:
+        async with cluster.adapter(prefix, wake=self.wake) as adapter:
+            yield adapter
+
+    @pytest.fixture
+    async def force_reconnect(self, cluster: LocalRedisCluster) -> AsyncIterator[ForceReconnect]:
+        async def kill_subscribers() -> None:
+            assert await asyncio.to_thread(cluster.kill_shard_subscribers) > 0
+
+        yield kill_subscribers
+
+    @pytest.fixture
+    async def peer_adapter(
+        self, cluster: LocalRedisCluster, prefix: str
+    ) -> AsyncIterator[RedisNotifyAdapter]:
+        client = self.peer_client(cluster)
+        try:
+            async with RedisNotifyAdapter(client=client, prefix=prefix, wake=self.wake) as peer:
+                yield peer
+        finally:
+            await client.aclose()
+
+
+SPREAD_TYPES = [f"type-{index}" for index in range(12)]
+"""Type names whose wake channels land on every master of a three-master cluster."""
+
+
+async def url_adapter_hears_every_master(cluster: LocalRedisCluster, prefix: str) -> None:
+    """An adapter made from ``cluster.url`` hears its own announcements of types on every
+    master through one subscriber connection per master, and takes their budgets."""
+    async with cluster.adapter(prefix) as adapter:
+        rec = Recorder()
+        await adapter.listen_job_scheduled(SPREAD_TYPES, rec)
+        await adapter.notify_jobs_scheduled(dict.fromkeys(SPREAD_TYPES, 1))
+        await rec.wait_for(len(SPREAD_TYPES), within=5.0)
+        assert sorted(call[0] for call in rec.calls) == sorted(SPREAD_TYPES)
+        assert cluster.subscribers_per_master() == [1, 1, 1]
+        assert await adapter.consume_wake_hint(SPREAD_TYPES[0]) is True
+        assert await adapter.consume_wake_hint(SPREAD_TYPES[0]) is False
+
+
+async def sync_publisher_reaches_every_master(cluster: LocalRedisCluster, prefix: str) -> None:
+    """SyncClient's blocking publisher, made from ``cluster.url``, reaches a listener of
+    types on every master."""
+    async with cluster.adapter(prefix) as listener:
+        rec = Recorder()
+        await listener.listen_job_scheduled(SPREAD_TYPES, rec)
+        await publish_blocking(cluster.adapter(prefix), SPREAD_TYPES)
+        await rec.wait_for(len(SPREAD_TYPES), within=5.0)
+        assert sorted(call[0] for call in rec.calls) == sorted(SPREAD_TYPES)
 
 
 def local_redis_cluster(

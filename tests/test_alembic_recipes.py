@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import MetaData, text
+from sqlalchemy import Integer, MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from queuert_notify.cli import main
@@ -201,3 +201,27 @@ async def test_adopting_tables_that_differ_from_the_schema_is_refused_with_the_d
     async with engine.connect() as conn:
         names = await conn.run_sync(lambda c: set(c.dialect.get_table_names(c)))
     assert f"{prefix}_alembic_version" not in names
+
+
+async def test_a_refused_adoption_names_each_differing_column_and_what_it_should_be(
+    engine: AsyncEngine, prefix: str
+) -> None:
+    tables = MetaData()
+    for table in make_metadata(f"{prefix}_").sorted_tables:
+        table.to_metadata(tables)
+    jobs = tables.tables[f"{prefix}_jobs"]
+    jobs.c.last_error.type = Integer()
+    jobs.c.max_attempts.nullable = False
+    async with engine.begin() as conn:
+        await conn.run_sync(tables.create_all)
+    state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+
+    with pytest.raises(ConfigurationError) as refused:
+        await state.migrate(adopt=True)
+
+    message = str(refused.value)
+    assert f"{prefix}_jobs.last_error: type INTEGER in the database, TEXT in the schema" in message
+    assert f"{prefix}_jobs.max_attempts: nullable False in the database, True in the schema" in (
+        message
+    )
+    assert "{" not in message and "\n" not in message

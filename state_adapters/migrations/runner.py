@@ -120,7 +120,21 @@ def _compare_type(
 
 
 def _describe(diff: Any) -> str:
-    # A diff is (kind, *objects), or a list of them for the changes of one column.
-    first = diff[0] if isinstance(diff, list) else diff
-    names = [str(getattr(part, "name", part)) for part in first[1:] if part is not None]
-    return " ".join([first[0], *names[:3]])
+    """One short phrase per change, naming the table and column: Alembic gives a
+    column's changes as a list of tuples that end in what the database has and what the
+    schema wants (``modify_type``, ``modify_nullable``, ...), the others as a kind and
+    the object it concerns."""
+    if isinstance(diff, list):
+        return "; ".join(_describe_column_change(*change) for change in diff)
+    kind, *objects = diff
+    if kind in ("add_column", "remove_column"):
+        _schema, table, column = objects
+        return f"{kind} {table}.{column.name}"
+    return f"{kind} {getattr(objects[0], 'name', objects[0])}"
+
+
+def _describe_column_change(
+    kind: str, _schema: Any, table: str, column: str, _existing: Any, found: Any, wanted: Any
+) -> str:
+    what = kind.removeprefix("modify_")
+    return f"{table}.{column}: {what} {found} in the database, {wanted} in the schema"

@@ -209,13 +209,10 @@ class SqlAlchemyStateAdapter(
         job to two callers. Each claim increments ``attempt`` and gets a fresh
         ``lease_token``. Paused types are left alone; limited ones are claimed first,
         within their limits (:mod:`state_adapters.steps.limited_claims`)."""
-        now = _now()
-        if self._claim(type_names, worker_id, lease_seconds, limit, now) is None:
+        types = _claimable(type_names, worker_id, lease_seconds, limit)
+        if not types:
             return []
-        acquire = self._acquiring(
-            check_type_names(type_names), worker_id, lease_seconds, limit, now
-        )
-        return await acquire(None)
+        return await self._acquiring(types, worker_id, lease_seconds, limit, _now())(None)
 
     def _claim(
         self,
@@ -226,10 +223,8 @@ class SqlAlchemyStateAdapter(
         now: datetime,
     ) -> Query | None:
         """The claim of these arguments (checked), or None when there is nothing to claim."""
-        types = check_type_names(type_names)
-        check_worker_id(worker_id)
-        validation.check_seconds(lease_seconds, "lease_seconds", allow_zero=False)
-        if not types or limit < 1:
+        types = _claimable(type_names, worker_id, lease_seconds, limit)
+        if not types:
             return None
         leased_until = now + timedelta(seconds=lease_seconds)
         return self._db.sql.claim(
@@ -487,6 +482,17 @@ class SqlAlchemyStateAdapter(
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _claimable(
+    type_names: Sequence[str], worker_id: str, lease_seconds: float, limit: int
+) -> list[str]:
+    """The type names a claim of these arguments (checked) asks for: none when it would
+    claim nothing."""
+    types = check_type_names(type_names)
+    check_worker_id(worker_id)
+    validation.check_seconds(lease_seconds, "lease_seconds", allow_zero=False)
+    return types if limit >= 1 else []
 
 
 if TYPE_CHECKING:  # mypy checks that the adapter has every capability the protocol declares

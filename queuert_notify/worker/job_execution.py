@@ -97,13 +97,16 @@ class JobExecution:
         finally:
             if running_attempt.get() is log:
                 running_attempt.reset(logging_to)
-            await run.cancel_checks()
+            if run.checks:
+                await run.cancel_checks()
             if ctx.transaction is not None:
                 await ctx.transaction.close()
             await self._subscriptions.stop_listening_for_ownership_loss(job.id, lost, unsubscribe)
             # However the run ended, its lines are written (with its outcome if any), once
             # the handler's transaction is closed (on SQLite it may hold the write lock).
-            await self._logs.write(unwritten + self._logs.close_attempt(log))
+            left = unwritten + self._logs.close_attempt(log)
+            if left:
+                await self._logs.write(left)
 
 
 def _job_extra(job: Job, worker_id: str) -> dict[str, Any]:

@@ -108,12 +108,15 @@ async def retry_on_connection_loss(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + RETRY_WINDOW if until is None else until
-    backoff = Backoff(_FIRST_DELAY, _MAX_DELAY)
+    # Built at the first failure: a worker awaits every completion through here.
+    backoff: Backoff | None = None
     attempt = 1
     while True:
         try:
             return await call()
         except DBAPIError as exc:
+            if backoff is None:
+                backoff = Backoff(_FIRST_DELAY, _MAX_DELAY)
             pause = backoff.next()
             if not is_connection_loss(exc) or loop.time() + pause >= deadline:
                 raise

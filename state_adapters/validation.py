@@ -413,8 +413,8 @@ def new_chain(
     unique_blockers = tuple(dict.fromkeys(blockers))
     check_new_job(job)
     _check_chain_options(chain_id, dedup_key, dedup_scope, dedup_window, unique_blockers)
-    # Built once, marked validated: ``dataclasses.replace`` would cost as much as the
-    # checks (a batch of starts builds one per chain).
+    # Built once, marked validated: a copy by ``dataclasses.replace`` was half the time
+    # of this function (a batch of starts builds one per chain).
     return NewChain(
         job=job,
         dedup_key=dedup_key,

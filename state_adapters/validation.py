@@ -22,7 +22,6 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
@@ -411,16 +410,20 @@ def new_chain(
     adapter."""
     if isinstance(blockers, str):
         raise InvalidInputError("blockers must be a sequence of chain ids, not one string")
-    chain = NewChain(
+    unique_blockers = tuple(dict.fromkeys(blockers))
+    check_new_job(job)
+    _check_chain_options(chain_id, dedup_key, dedup_scope, dedup_window, unique_blockers)
+    # Built once, marked validated: a copy by ``dataclasses.replace`` was half the time
+    # of this function (a batch of starts builds one per chain).
+    return NewChain(
         job=job,
         dedup_key=dedup_key,
-        dedup_scope=dedup_scope,  # type: ignore[arg-type]  # checked below
+        dedup_scope=dedup_scope,  # type: ignore[arg-type]  # checked above
         dedup_window=dedup_window,
-        blockers=tuple(dict.fromkeys(blockers)),
+        blockers=unique_blockers,
         id=chain_id,
+        validated=True,
     )
-    check_new_chain(chain)
-    return replace(chain, validated=True)
 
 
 def completion(
@@ -467,21 +470,33 @@ def check_new_chain(chain: object) -> None:
     if chain.validated:
         return
     check_new_job(chain.job)
-    if chain.id is not None and not is_id(chain.id):
+    _check_chain_options(
+        chain.id, chain.dedup_key, chain.dedup_scope, chain.dedup_window, chain.blockers
+    )
+
+
+def _check_chain_options(
+    chain_id: object,
+    dedup_key: object,
+    dedup_scope: object,
+    dedup_window: object,
+    blockers: Sequence[object],
+) -> None:
+    """Raise ``InvalidInputError`` unless a new chain's options (all but its job) can
+    be written."""
+    if chain_id is not None and not is_id(chain_id):
         raise InvalidInputError(
             f"a new chain's id must be None or {ID_LENGTH} lowercase hex digits from "
-            f"state_adapters.ids.new_id() (ids are time-ordered), got {chain.id!r}"
+            f"state_adapters.ids.new_id() (ids are time-ordered), got {chain_id!r}"
         )
-    check_dedup_key(chain.dedup_key)
-    if chain.dedup_scope not in DEDUP_SCOPES:
-        raise InvalidInputError(
-            f"dedup_scope must be one of {DEDUP_SCOPES}, got {chain.dedup_scope!r}"
-        )
-    if chain.dedup_window is not None:
-        check_seconds(chain.dedup_window, "dedup_window", allow_zero=False)
-    if isinstance(chain.blockers, str):
+    check_dedup_key(dedup_key)
+    if dedup_scope not in DEDUP_SCOPES:
+        raise InvalidInputError(f"dedup_scope must be one of {DEDUP_SCOPES}, got {dedup_scope!r}")
+    if dedup_window is not None:
+        check_seconds(dedup_window, "dedup_window", allow_zero=False)
+    if isinstance(blockers, str):
         raise InvalidInputError("blockers must be a sequence of chain ids, not one string")
-    for blocker in chain.blockers:
+    for blocker in blockers:
         if not isinstance(blocker, str) or not blocker:
             raise InvalidInputError(f"every blocker must be a chain id string, got {blocker!r}")
         check_text(blocker, "a blocker chain id")

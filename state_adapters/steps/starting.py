@@ -42,10 +42,12 @@ async def start(
             if holder != chain_id:
                 started.append(StartedChain(holder, job.type_name, deduplicated=True))
                 continue
-        waiting_on = sum(1 for b in set(chain.blockers) if b in open_blockers)
-        blocker_rows.extend(
-            {"job_id": chain_id, "blocker_chain_id": b} for b in dict.fromkeys(chain.blockers)
-        )
+        waiting_on = 0
+        if chain.blockers:  # most chains have none: a batch skips the sets per chain
+            waiting_on = sum(1 for b in set(chain.blockers) if b in open_blockers)
+            blocker_rows.extend(
+                {"job_id": chain_id, "blocker_chain_id": b} for b in dict.fromkeys(chain.blockers)
+            )
         job_rows.append(
             job_row(
                 job,

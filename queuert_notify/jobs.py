@@ -25,7 +25,8 @@ from state_adapters.protocol import StateAdapter
 if TYPE_CHECKING:
     from queuert_notify.job_logs.attempt_log import AttemptLog
     from state_adapters.transactions.handler_transaction import HandlerTransaction
-from state_adapters.validation import check_json, check_type_name, new_job
+from state_adapters.storable import check_json
+from state_adapters.validation import check_type_name, new_job
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

@@ -11,7 +11,8 @@ from typing import Any
 from state_adapters.errors import InvalidInputError
 from state_adapters.model import ALL_STATUSES, NewChain
 from state_adapters.schema import WORKER_ID_LENGTH
-from state_adapters.validation import check_text, check_type_name, is_id
+from state_adapters.storable import check_text
+from state_adapters.validation import check_type_name, is_id
 
 MAX_PAGE_SIZE = 10_000
 

@@ -9,14 +9,15 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from state_adapters.job_log_store import JobLogStoreBase
 from state_adapters.model import (
     DEFAULT_PRUNE_BATCH_SIZE,
     UNFINISHED_STATUSES,
     ChainLinks,
     Completion,
+    JobLogLine,
     JobRecord,
     JobStatus,
+    LogPosition,
     NewChain,
     Page,
     QueueOverview,
@@ -29,20 +30,29 @@ if TYPE_CHECKING:
     from state_adapters.errors import JobOwnershipLostError
     from state_adapters.health import HealthReport
     from state_adapters.notifications import NotificationBuffer
-    from state_adapters.protocol import StateAdapter
+    from state_adapters.protocol import CallerSession, StateAdapter
     from state_adapters.transactions.handler_transaction import HandlerTransaction
 
 
-class StateAdapterBase(JobLogStoreBase):
+class StateAdapterBase:
     """Defaults for the worker-loop capabilities of :class:`StateAdapter`, for adapters
     without a faster way: completions and claims in separate calls, no connections
     kept; and for operating the queue: nothing is ever paused or limited, and pausing
-    or setting limits raises ``ConfigurationError``. Subclass it and implement the
-    rest of the protocol."""
+    or setting limits raises ``ConfigurationError``; no log store (lines are not kept,
+    and a job's log reads empty). Subclass it and implement the rest of the
+    protocol."""
 
     @property
     def address(self) -> str:
         return type(self).__name__
+
+    async def append_job_logs(self, lines: Sequence[JobLogLine]) -> None:
+        return None
+
+    async def job_logs(
+        self, job_id: str, *, after: LogPosition | None = None, session: CallerSession = None
+    ) -> list[JobLogLine]:
+        return []
 
     async def pause_type(self, type_name: str, *, notes: NotificationBuffer) -> None:
         raise _unsupported(self, "pause_type")

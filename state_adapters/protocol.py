@@ -15,15 +15,16 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from state_adapters.job_log_store import JobLogStore
 from state_adapters.model import (
     DEFAULT_PRUNE_BATCH_SIZE,
     ChainLinks,
     ChainRecord,
     Completion,
     FailureOutcome,
+    JobLogLine,
     JobRecord,
     JobStatus,
+    LogPosition,
     NewChain,
     Page,
     QueueOverview,
@@ -45,12 +46,25 @@ if TYPE_CHECKING:
     CallerSession: TypeAlias = AsyncSession | AsyncConnection | None
 
 
-class StateAdapter(JobLogStore, Protocol):
+class StateAdapter(Protocol):
     """Durable job state. See the module docstring for sessions and ``notes``."""
 
     @property
     def address(self) -> str:
         """Where the state is kept, for messages and logs (a URL's password masked)."""
+        ...
+
+    async def append_job_logs(self, lines: Sequence[JobLogLine]) -> None:
+        """Write log lines (of any jobs) in a transaction of the adapter's own, kept
+        whatever becomes of the jobs' transactions. A job's last lines go with its
+        ``Completion.log_lines`` instead (written only if the completion holds)."""
+        ...
+
+    async def job_logs(
+        self, job_id: str, *, after: LogPosition | None = None, session: CallerSession = None
+    ) -> list[JobLogLine]:
+        """The job's log lines by attempt then ``seq``, those after ``(attempt, seq)`` if
+        given; none (not an error) for an unknown job."""
         ...
 
     async def migrate(self, *, adopt: bool = False) -> None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from state_adapters import arguments, validation
+from state_adapters import arguments, storable, validation
 from state_adapters.arguments import check_type_names, check_worker_id
 from state_adapters.backoff import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, retry_delays
 from state_adapters.database import check_supported, database_for
@@ -250,7 +250,7 @@ class SqlAlchemyStateAdapter(
 
     async def set_progress(self, job_id: str, lease_token: str, progress: Any) -> None:
         """Store progress (any JSON value); fenced by the lease token."""
-        validation.check_json(progress, "progress")
+        storable.check_json(progress, "progress")
         await self._fenced(job_id, self._db.sql.set_progress(job_id, lease_token, progress))
 
     async def _fenced(self, job_id: str, write: Query) -> None:

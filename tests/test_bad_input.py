@@ -44,7 +44,8 @@ from queuert_notify.testing import Recorder
 from queuert_notify.worker.worker import Worker
 from state_adapters.notifications import wait_for_notifications
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from state_adapters.validation import MAX_DEDUP_KEY_LENGTH, MAX_JSON_DEPTH, MAX_TYPE_NAME_LENGTH
+from state_adapters.storable import MAX_JSON_DEPTH
+from state_adapters.validation import MAX_DEDUP_KEY_LENGTH, MAX_TYPE_NAME_LENGTH
 from tests.support.json_values import same_json
 from tests.support.queue_helpers import DATABASES, STATE_KINDS, delete_notify_state
 

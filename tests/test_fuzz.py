@@ -31,9 +31,8 @@ from queuert_notify.notify.payloads import (
 from queuert_notify.testing import Recorder
 from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 from state_adapters.model import StartedChain
+from state_adapters.storable import JSON_INT_MAX, JSON_INT_MIN
 from state_adapters.validation import (
-    JSON_INT_MAX,
-    JSON_INT_MIN,
     MAX_DEDUP_KEY_LENGTH,
     MAX_TYPE_NAME_LENGTH,
     SQL_INT_MAX,

@@ -13,7 +13,7 @@ from queuert_notify.client.operations import ClientCalls
 from queuert_notify.errors import ChainNotFoundError
 from state_adapters.model import FINAL_STATUSES, ChainRecord
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.validation import check_json
+from state_adapters.storable import check_json
 
 if TYPE_CHECKING:
     from state_adapters.protocol import CallerSession

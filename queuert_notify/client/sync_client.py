@@ -29,8 +29,8 @@ from state_adapters.model import (
     StartedChain,
 )
 from state_adapters.schema import DEFAULT_TABLE_PREFIX
+from state_adapters.storable import check_json
 from state_adapters.sync.state import SyncSession, SyncStateAdapter
-from state_adapters.validation import check_json
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

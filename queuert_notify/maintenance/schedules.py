@@ -27,8 +27,8 @@ from state_adapters.backoff import DEFAULT_MAX_ATTEMPTS
 from state_adapters.model import NewChain, StartedChain
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.outage_log import OutageLog
+from state_adapters.storable import check_json
 from state_adapters.validation import (
-    check_json,
     check_schedule_name,
     check_type_name,
     new_chain,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from queuert_notify.errors import InvalidInputError
-from state_adapters.validation import check_text
+from state_adapters.storable import check_text
 
 MAX_PAYLOAD_BYTES = 1024
 """Longest payload (type name, chain id, job id) published or accepted, in UTF-8 bytes."""

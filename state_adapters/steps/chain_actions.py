@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from state_adapters import validation
+from state_adapters import storable
 from state_adapters.arguments import check_key
 from state_adapters.errors import ChainInUseError, ChainNotFoundError, InvalidInputError
 from state_adapters.model import ChainRecord
@@ -137,7 +137,7 @@ class ChainActions:
         ``output`` (a worker running it loses ownership). A final chain is
         returned as is."""
         check_key(chain_id, "chain_id")
-        validation.check_json(output, "output")
+        storable.check_json(output, "output")
         return await self._transactions.write(
             session,
             notes,

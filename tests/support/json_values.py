@@ -6,7 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from state_adapters.validation import JSON_INT_MAX, JSON_INT_MIN
+from state_adapters.storable import JSON_INT_MAX, JSON_INT_MIN
 
 
 def same_json(stored: Any, read_back: Any) -> bool:

@@ -9,7 +9,9 @@ all in this process:
 - ``start returned``: ``start_chain`` returned to the caller;
 - ``announced``: the worker's notify listener got the wakeup (``WakePolicy.announced``);
 - ``budget granted``: the wake budget granted the worker a unit (``hint_granted``);
-- ``claimed``: the claim returned the job (``Claimer.claim``);
+- ``claim called``: the worker's loop called the claim (``Claimer.claim``), so the
+  step's cost is the hand-over from the grant to the claim;
+- ``claimed``: the claim returned the job;
 - ``handler``: the handler's first line.
 
 Each column is the median over the round's samples of the time from the call to that
@@ -39,7 +41,15 @@ NAME = "wake-path"
 HELP = "the wake latency split into its steps: commit, publish, budget, claim, handler"
 
 _TYPE = "bench-wake"
-STEPS = ("committed", "start returned", "announced", "budget granted", "claimed", "handler")
+STEPS = (
+    "committed",
+    "start returned",
+    "announced",
+    "budget granted",
+    "claim called",
+    "claimed",
+    "handler",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,12 +76,16 @@ def _observed(marks: _Marks, state: Any) -> Iterator[None]:
     """The path's methods, wrapped to mark their steps; restored afterwards."""
     patches: list[tuple[Any, str, Any]] = []
 
-    def wrap(owner: Any, name: str, step: str, *, after: bool = True) -> None:
+    def wrap(owner: Any, name: str, step: str, *, called: str | None = None) -> None:
+        """Mark ``step`` when the method returns (a plain method: when it is called),
+        and ``called`` when it is called."""
         original = getattr(owner, name)
         patches.append((owner, name, original))
         if asyncio.iscoroutinefunction(original):
 
             async def awaited(*args: Any, **kwargs: Any) -> Any:
+                if called is not None:
+                    marks.reach(called)
                 result = await original(*args, **kwargs)
                 marks.reach(step)
                 return result
@@ -79,16 +93,16 @@ def _observed(marks: _Marks, state: Any) -> Iterator[None]:
             setattr(owner, name, awaited)
         else:
 
-            def called(*args: Any, **kwargs: Any) -> Any:
+            def plain(*args: Any, **kwargs: Any) -> Any:
                 marks.reach(step)
                 return original(*args, **kwargs)
 
-            setattr(owner, name, called)
+            setattr(owner, name, plain)
 
     wrap(state, "start_chains", "committed")
     wrap(WakePolicy, "announced", "announced")
     wrap(WakePolicy, "hint_granted", "budget granted")
-    wrap(Claimer, "claim", "claimed")
+    wrap(Claimer, "claim", "claimed", called="claim called")
     try:
         yield
     finally:

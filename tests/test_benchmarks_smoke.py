@@ -311,7 +311,7 @@ async def test_wake_path_reports_each_step_of_a_wakeup(redis_url: str, postgres_
     assert "| SQLite + in-process |" in report
     assert "| SQLite + Redis |" in report
     # A step appears only when every sample reached it.
-    for step in ("committed", "announced", "budget granted", "claimed", "handler"):
+    for step in ("committed", "announced", "budget granted", "claim called", "claimed", "handler"):
         assert f"{step} ms" in report
 
 

@@ -68,6 +68,53 @@ async def test_exhausted_wake_budget_keeps_the_worker_out_of_sql(
             await wait_until(lambda: passes.acquires > before, timeout=10)
 
 
+@pytest.mark.parametrize("notify_kind", ["in_process", "redis"], indirect=True)
+@pytest.mark.parametrize(("budget_left", "claims"), [(0, 1), (1, 2)])
+async def test_an_announcement_heard_during_a_claim_asks_the_budget_before_the_next(
+    state: Any, notify: NotifyAdapter, budget_left: int, claims: int
+) -> None:
+    passes = ClaimPasses(state)
+    claiming, release = asyncio.Event(), asyncio.Event()
+    passes_ended = 0
+    acquire, next_due_at = passes.acquire, passes.next_due_at
+
+    async def held_acquire(*args: Any, **kwargs: Any) -> Any:
+        claiming.set()
+        await release.wait()
+        return await acquire(*args, **kwargs)
+
+    async def counted_next_due_at(*args: Any, **kwargs: Any) -> Any:
+        nonlocal passes_ended
+        try:
+            return await next_due_at(*args, **kwargs)
+        finally:
+            passes_ended += 1
+
+    passes.acquire = held_acquire  # type: ignore[method-assign]
+    passes.next_due_at = counted_next_due_at  # type: ignore[method-assign]
+    heard = asyncio.Event()
+    await notify.listen_job_scheduled(["t"], lambda _: heard.set())
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        return None
+
+    async with (
+        Client(state=passes, notify=notify) as client,
+        Worker(client, {"t": handler}, poll_interval=60),
+    ):
+        await claiming.wait()  # the start-up claim is under way
+        await notify.provide_wake_hint("t", 1 + budget_left)
+        assert await notify.consume_wake_hint("t")  # another worker took one unit
+        await notify.notify_job_scheduled("t")
+        await heard.wait()  # the worker heard it too: one dispatch calls both
+        release.set()
+        # The start-up pass and the one the announcement woke have ended.
+        await wait_until(lambda: passes_ended >= 2)
+        # A spent budget keeps the worker out of SQL; a unit left sends it there.
+        await wait_until(lambda: passes.acquires >= claims)
+        assert passes.acquires == claims
+
+
 async def test_worker_never_claims_a_type_it_has_no_handler_for(client: Client) -> None:
     async def handler(job: Job, ctx: JobContext) -> str:
         return "mine"

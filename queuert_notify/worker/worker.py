@@ -151,6 +151,7 @@ class Worker:
         self._policy = WakePolicy(
             client.notify,
             lambda: client.state.next_due_at(self.type_names),
+            self._wake,
             poll_interval=poll_interval,
             jitter=jitter,
             worker_id=self.worker_id,
@@ -374,7 +375,7 @@ class Worker:
 
     def _on_job_scheduled(self, type_name: str) -> None:
         if not self._shutdown.requested:
-            self._policy.announced(type_name, self._slots.free(), self._wake)
+            self._policy.announced(type_name, self._slots.free())
 
     def _on_reconnect(self) -> None:
         # Notifications may have been missed while the transport was down, or the

@@ -39,10 +39,11 @@ class WakePolicy:
     ``next`` says what the next pass with a free slot does:
 
     =========  =================================================================
-    ``ask``    ask the wake budget of each type in ``recheck`` (announced while
-               every slot was busy, or run by a claim that filled the last slot);
-               claim if one unit is granted; if every one is spent, do not claim
-               (the jobs have claimers); with nothing to ask, claim
+    ``ask``    ask the wake budget once per announcement heard with a slot free
+               since the last pass, then of each type in ``recheck`` (announced
+               while every slot was busy, or run by a claim that filled the last
+               slot); claim if one unit is granted; if every one is spent, do not
+               claim (the jobs have claimers); with nothing to ask, claim
     ``claim``  claim
     ``check``  claim only if a job is due now (``check_due``)
     =========  =================================================================
@@ -52,7 +53,10 @@ class WakePolicy:
     ==================================  ===============================================
     event                               transition
     ==================================  ===============================================
-    a hint is granted                   next = claim
+    an announcement, a slot free        the loop wakes; its pass asks (above)
+    an announcement, every slot busy    its type joins ``recheck``
+    a pass claims anyway (next =        each announcement since the last pass is asked
+    claim, more) after announcements    in a task of its own; a grant: next = claim
     the poll timer fires                next = claim, unless next is check_due
     a reconnect, a reap that returned   more = True
     jobs, our own continuation
@@ -70,6 +74,7 @@ class WakePolicy:
         self,
         notify: NotifyAdapter,
         next_due_at: Callable[[], Awaitable[datetime | None]],
+        wake: asyncio.Event,
         *,
         poll_interval: float,
         jitter: float,
@@ -77,21 +82,22 @@ class WakePolicy:
     ) -> None:
         self._notify = notify
         self._next_due_at = next_due_at
+        self._wake = wake
         self._poll_interval = poll_interval
         self._jitter = jitter
         self._worker_id = worker_id
         self.next: Next = "ask"
         self.more = False
         self._recheck: set[str] = set()
+        self._announced: list[str] = []
+        """The announcements heard with a slot free since the last pass, one entry each
+        (a lists-mode announcement is a token, each granted by its own ask)."""
         self._due_streak = 0
         self._hint_gate = CallGate(CALL_LIMIT, HINT_RETRY)
         self._hint_outage = OutageLog(logger, "consume_wake_hint")
         self._hint_tasks: set[asyncio.Task[None]] = set()
 
     # -- events ----------------------------------------------------------------------
-
-    def granted(self) -> None:
-        self.next = "claim"
 
     def poll_timer_fired(self) -> None:
         if self.next != "check_due":
@@ -100,25 +106,35 @@ class WakePolicy:
     def more_may_wait(self) -> None:
         self.more = True
 
-    def announced(self, type_name: str, free_slots: int, wake: asyncio.Event) -> None:
-        """Jobs of ``type_name`` became pending. With a free slot, ask the wake budget
-        for one unit (in a task of its own) and set ``wake`` when it is granted; with
-        none, leave the hint to an idle worker and ask when a slot frees."""
+    def announced(self, type_name: str, free_slots: int) -> None:
+        """Jobs of ``type_name`` became pending. With a free slot, wake the loop: its
+        next pass asks the wake budget for one unit before it claims. With none, leave
+        the hint to an idle worker and ask when a slot frees.
+
+        The loop asks itself, not a task per announcement: the budget's answer resumes
+        the loop, which claims at once (from a task, the grant would be handed over to
+        the loop: one more pass of the event loop between the budget and the claim)."""
         if free_slots <= 0:
             self._recheck.add(type_name)
             return
-        task = asyncio.create_task(self._consume_hint(type_name, wake))
-        self._hint_tasks.add(task)
-        task.add_done_callback(self._hint_tasks.discard)
+        self._announced.append(type_name)
+        self._wake.set()
 
     def tasks(self) -> set[asyncio.Task[None]]:
         """The wake-budget requests under way (cancelled when the worker stops)."""
         return set(self._hint_tasks)
 
-    async def _consume_hint(self, type_name: str, wake: asyncio.Event) -> None:
+    def _ask_later(self, type_name: str) -> None:
+        """Ask for one unit in a task of its own (the pass claims meanwhile); a grant
+        makes the next pass claim."""
+        task = asyncio.create_task(self._consume_hint(type_name))
+        self._hint_tasks.add(task)
+        task.add_done_callback(self._hint_tasks.discard)
+
+    async def _consume_hint(self, type_name: str) -> None:
         if await self.hint_granted(type_name):
-            self.granted()
-            wake.set()
+            self.next = "claim"
+            self._wake.set()
 
     def claimed(self, type_names: Iterable[str], got: int, free: int) -> None:
         """A claim of ``free`` slots got ``got`` jobs (of ``type_names``)."""
@@ -136,7 +152,14 @@ class WakePolicy:
     async def should_claim(self) -> bool:
         """Whether this pass claims (see the class docstring)."""
         decided, self.next = self.next, "ask"
+        announced, self._announced = self._announced, []
         if decided == "claim" or self.more:
+            # Not held up by the budget: it is asked meanwhile, as every announcement
+            # is (a lists-mode token is acknowledged once granted).
+            for type_name in announced:
+                self._ask_later(type_name)
+            return True
+        if announced and await self._any_granted(announced):
             return True
         if decided == "check_due":
             due = await self._next_due_at()
@@ -144,10 +167,16 @@ class WakePolicy:
         for type_name in sorted(self._recheck):
             if await self.hint_granted(type_name):
                 return True
-        if self._recheck:
+        if self._recheck or announced:
             self._recheck.clear()  # spent: every announced job has a claimer
             return False
         return True
+
+    async def _any_granted(self, type_names: list[str]) -> bool:
+        """Ask once per entry, all at once; whether any unit was granted."""
+        if len(type_names) == 1:
+            return await self.hint_granted(type_names[0])
+        return any(await asyncio.gather(*(self.hint_granted(t) for t in type_names)))
 
     async def hint_granted(self, type_name: str) -> bool:
         """Ask the wake budget for one unit of ``type_name``. Unknown counts as granted

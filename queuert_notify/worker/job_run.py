@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -11,6 +12,9 @@ from typing import Any
 
 from queuert_notify.jobs import Job
 from queuert_notify.observe.instrumentation import NO_RUN_TRACE, RunTrace
+from state_adapters.model import JobRecord
+
+logger = logging.getLogger(__name__)
 
 
 class Phase(enum.Enum):
@@ -58,6 +62,19 @@ class JobRun:
     """As stored with the job: the trace this run continues."""
     trace: RunTrace = NO_RUN_TRACE
     """What the active instrumentation observes of this run."""
+
+    @classmethod
+    def claimed(cls, record: JobRecord, *, worker_id: str) -> JobRun | None:
+        """The run of a job just claimed; ``None`` (logged) for a record without a lease
+        token, whose outcome nothing could fence."""
+        if record.lease_token is None:
+            logger.error(
+                "acquired a job without a lease token; skipping it",
+                extra={"worker_id": worker_id, "job_id": record.id},
+            )
+            return None
+        job = Job.from_record(record)
+        return cls(job, record.lease_token, record.leased_until, trace_context=record.trace_context)
 
     @property
     def in_handler(self) -> bool:

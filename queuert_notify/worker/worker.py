@@ -18,7 +18,7 @@ from datetime import timedelta
 from queuert_notify.client.client import CLOSE_FLUSH_LIMIT, Client
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.events import EventEmitter, WorkerEvent
-from queuert_notify.jobs import Handler, HandlerRegistry, Job
+from queuert_notify.jobs import Handler, HandlerRegistry
 from queuert_notify.maintenance.schedules import Schedule
 from queuert_notify.maintenance.services import MaintenanceServices
 from queuert_notify.observe import instrumentation
@@ -469,14 +469,9 @@ class Worker:
     # -- running one job -------------------------------------------------------------
 
     def _start(self, record: JobRecord, claimed_at: float) -> None:
-        if record.lease_token is None:
-            logger.error(
-                "acquired a job without a lease token; skipping it",
-                extra={"worker_id": self.worker_id, "job_id": record.id},
-            )
+        run = JobRun.claimed(record, worker_id=self.worker_id)
+        if run is None:
             return
-        job, token, context = Job.from_record(record), record.lease_token, record.trace_context
-        run = JobRun(job, token, record.leased_until, trace_context=context)
         self._leases.granted(run, claimed_at)
         if self._slots.free() > 0:
             self._slots.take(run)

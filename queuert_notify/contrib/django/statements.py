@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -67,6 +67,7 @@ class QueueTables:
             # driver connection under it) go to the Django cursor, compiled for its driver.
             cast(Postgres, self.state.database).compiled = self.compiled
         self.as_stored = _datetimes_as_stored if vendor == "sqlite" else _as_returned
+        self.as_sent = _text_for_psycopg() if dialect.driver == "psycopg" else _as_given
 
     def on(self, cursor: Any) -> CursorConnection:
         """A connection for the state layer's writes on ``cursor`` (a Django cursor)."""
@@ -138,12 +139,14 @@ class CursorConnection(SyncConnection):
         compiled = self._tables.compiled(statement)
         if isinstance(parameters, Sequence) and not isinstance(parameters, Mapping):
             if len(parameters) != 1:
-                self._cursor.executemany(compiled.sql, [compiled.arguments(r) for r in parameters])
+                sent = [self._tables.as_sent(compiled.arguments(r)) for r in parameters]
+                self._cursor.executemany(compiled.sql, sent)
                 return Rows([], self._cursor.rowcount)
             # A batch of one row (an enqueue's chain and job on SQLite): execute() costs
             # less than executemany(), which Django's SQLite cursor runs through a tee().
             parameters = parameters[0]
-        self._cursor.execute(compiled.sql, compiled.arguments(parameters or {}))
+        arguments = self._tables.as_sent(compiled.arguments(parameters or {}))
+        self._cursor.execute(compiled.sql, arguments)
         rows = self._cursor.fetchall() if self._cursor.description is not None else []
         return Rows(compiled.typed(self._tables.as_stored(rows)), self._cursor.rowcount)
 
@@ -151,7 +154,7 @@ class CursorConnection(SyncConnection):
         return (await self.execute(statement, parameters)).scalar()
 
     async def exec_driver_sql(self, statement: str, parameters: Any = None) -> Any:
-        self._cursor.execute(statement, parameters)
+        self._cursor.execute(statement, self._tables.as_sent(parameters))
         rows = self._cursor.fetchall() if self._cursor.description is not None else []
         return Rows(rows, self._cursor.rowcount)
 
@@ -185,6 +188,37 @@ class Rows:
 
 def _as_returned(rows: list[Any]) -> list[Any]:
     return rows
+
+
+def _as_given(arguments: Any) -> Any:
+    return arguments
+
+
+def _text_for_psycopg() -> Callable[[Any], Any]:
+    """psycopg 3: the driver arguments with times and JSON documents as their text.
+
+    Every placeholder of the statements carries its type's cast (``%(at)s::TIMESTAMP
+    WITH TIME ZONE``, ``%(input)s::JSONB``), so the server reads the same values. But
+    Django's cursor binds client-side, quoting every value into the statement's text
+    on every run, and there psycopg's datetime and JSON dumpers cost several times a
+    string's quoting (an enqueue's 17 values: 58 µs as dumped, 21 as text).
+    """
+    # Imported here: beside Django's psycopg2 backend psycopg 3 may be missing.
+    from psycopg.types.json import Json, Jsonb
+
+    documents = (Json, Jsonb)
+
+    def as_text(arguments: Any) -> Any:
+        # Changed in place: each is a new mapping, made by CompiledStatement.arguments.
+        if isinstance(arguments, dict):
+            for name, value in arguments.items():
+                if isinstance(value, datetime):
+                    arguments[name] = value.isoformat()
+                elif isinstance(value, documents):
+                    arguments[name] = json.dumps(value.obj)
+        return arguments
+
+    return as_text
 
 
 def _datetimes_as_stored(rows: list[Any]) -> list[Any]:

@@ -67,7 +67,7 @@ class QueueTables:
             # driver connection under it) go to the Django cursor, compiled for its driver.
             cast(Postgres, self.state.database).compiled = self.compiled
         self.as_stored = _datetimes_as_stored if vendor == "sqlite" else _as_returned
-        self.as_sent = _text_for_psycopg() if dialect.driver == "psycopg" else _as_given
+        self.sending = _text_for_psycopg() if dialect.driver == "psycopg" else _as_given_to
 
     def on(self, cursor: Any) -> CursorConnection:
         """A connection for the state layer's writes on ``cursor`` (a Django cursor)."""
@@ -125,11 +125,12 @@ class CursorConnection(SyncConnection):
     """What the state layer awaits of a connection, done at once on a Django cursor
     (in its connection's transaction, which stays Django's)."""
 
-    __slots__ = ("_cursor", "_tables")
+    __slots__ = ("_as_sent", "_cursor", "_tables")
 
     def __init__(self, cursor: Any, tables: QueueTables) -> None:
         self._cursor = cursor
         self._tables = tables
+        self._as_sent = tables.sending(cursor)
 
     @property
     def dialect(self) -> Dialect:
@@ -139,13 +140,13 @@ class CursorConnection(SyncConnection):
         compiled = self._tables.compiled(statement)
         if isinstance(parameters, Sequence) and not isinstance(parameters, Mapping):
             if len(parameters) != 1:
-                sent = [self._tables.as_sent(compiled.arguments(r)) for r in parameters]
+                sent = [self._as_sent(compiled.arguments(r)) for r in parameters]
                 self._cursor.executemany(compiled.sql, sent)
                 return Rows([], self._cursor.rowcount)
             # A batch of one row (an enqueue's chain and job on SQLite): execute() costs
             # less than executemany(), which Django's SQLite cursor runs through a tee().
             parameters = parameters[0]
-        arguments = self._tables.as_sent(compiled.arguments(parameters or {}))
+        arguments = self._as_sent(compiled.arguments(parameters or {}))
         self._cursor.execute(compiled.sql, arguments)
         rows = self._cursor.fetchall() if self._cursor.description is not None else []
         return Rows(compiled.typed(self._tables.as_stored(rows)), self._cursor.rowcount)
@@ -154,7 +155,7 @@ class CursorConnection(SyncConnection):
         return (await self.execute(statement, parameters)).scalar()
 
     async def exec_driver_sql(self, statement: str, parameters: Any = None) -> Any:
-        self._cursor.execute(statement, self._tables.as_sent(parameters))
+        self._cursor.execute(statement, self._as_sent(parameters))
         rows = self._cursor.fetchall() if self._cursor.description is not None else []
         return Rows(rows, self._cursor.rowcount)
 
@@ -194,16 +195,23 @@ def _as_given(arguments: Any) -> Any:
     return arguments
 
 
-def _text_for_psycopg() -> Callable[[Any], Any]:
-    """psycopg 3: the driver arguments with times and JSON documents as their text.
+def _as_given_to(cursor: Any) -> Callable[[Any], Any]:
+    return _as_given
+
+
+def _text_for_psycopg() -> Callable[[Any], Callable[[Any], Any]]:
+    """psycopg 3: how a Django cursor gets the driver arguments. A client-side binding
+    cursor (Django's default) gets times and JSON documents as their text.
 
     Every placeholder of the statements carries its type's cast (``%(at)s::TIMESTAMP
     WITH TIME ZONE``, ``%(input)s::JSONB``), so the server reads the same values. But
-    Django's cursor binds client-side, quoting every value into the statement's text
-    on every run, and there psycopg's datetime and JSON dumpers cost several times a
-    string's quoting (an enqueue's 17 values: 58 µs as dumped, 21 as text).
+    that cursor quotes every value into the statement's text on every run, and there
+    psycopg's datetime and JSON dumpers cost several times a string's quoting (an
+    enqueue's 17 values: 58 µs as dumped, 21 as text). A server-binding cursor
+    (``server_side_binding``) sends them typed, as psycopg dumps them.
     """
     # Imported here: beside Django's psycopg2 backend psycopg 3 may be missing.
+    from psycopg import ClientCursor
     from psycopg.types.json import Json, Jsonb
 
     documents = (Json, Jsonb)
@@ -218,7 +226,10 @@ def _text_for_psycopg() -> Callable[[Any], Any]:
                     arguments[name] = json.dumps(value.obj)
         return arguments
 
-    return as_text
+    def sending(cursor: Any) -> Callable[[Any], Any]:
+        return as_text if isinstance(cursor.cursor, ClientCursor) else _as_given
+
+    return sending
 
 
 def _datetimes_as_stored(rows: list[Any]) -> list[Any]:

@@ -217,9 +217,7 @@ async def run(args: argparse.Namespace) -> str:
             # One after the other: the first migrates the database the second finds ready.
             for root in (_ROOT, Path(args.baseline)):
                 sides.append(await _Side.start(root, database, args))
-            variants = [
-                side.variant(name, args.transactions) for name in chosen for side in sides
-            ]
+            variants = [side.variant(name, args.transactions) for name in chosen for side in sides]
         results = await runner.alternate(variants, args.rounds)
     finally:
         for side in sides:

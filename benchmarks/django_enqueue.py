@@ -215,8 +215,8 @@ async def run(args: argparse.Namespace) -> str:
             ]
         else:
             # One after the other: the first migrates the database the second finds ready.
-            for root in (_ROOT, Path(args.baseline)):
-                sides.append(await _Side.start(root, database, args))
+            for root, suffix in ((_ROOT, ""), (Path(args.baseline), " [baseline]")):
+                sides.append(await _Side.start(root, suffix, database, args))
             variants = [side.variant(name, args.transactions) for name in chosen for side in sides]
         results = await runner.alternate(variants, args.rounds)
     finally:
@@ -254,12 +254,14 @@ async def run(args: argparse.Namespace) -> str:
 class _Side:
     """A checkout's rounds, run by ``benchmarks/django_side.py`` in a process of its own."""
 
-    def __init__(self, root: Path, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, root: Path, suffix: str, process: asyncio.subprocess.Process) -> None:
         self.root = root
+        self.suffix = suffix
+        """Of its rows' labels."""
         self._process = process
 
     @classmethod
-    async def start(cls, root: Path, database: str, args: argparse.Namespace) -> _Side:
+    async def start(cls, root: Path, suffix: str, database: str, args: argparse.Namespace) -> _Side:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             str(_ROOT / "benchmarks" / "django_side.py"),
@@ -270,14 +272,13 @@ class _Side:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
-        side = cls(root, process)
+        side = cls(root, suffix, process)
         if await side._reply() != "ready":
             raise SystemExit(f"django-enqueue: the side in {root} did not start")
         return side
 
     def label(self, name: str) -> str:
-        suffix = "" if self.root == _ROOT else " [baseline]"
-        return _DATABASES[name][1] + suffix
+        return _DATABASES[name][1] + self.suffix
 
     def variant(self, name: str, transactions: int) -> runner.Variant:
         alias, _, batch = _DATABASES[name]

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -574,6 +575,34 @@ def test_django_enqueue_reports_create_and_enqueue_per_database(
     assert "| database | create() µs | enqueue() µs | enqueue / create |" in done.stdout
     assert "| Postgres (psycopg 3) |" in done.stdout
     assert "| SQLite |" in done.stdout
+
+
+def test_django_enqueue_runs_a_baseline_checkout_beside_this_one(
+    redis_url: str, postgres_url: str
+) -> None:
+    pytest.importorskip("django")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "django-enqueue",
+            "--rounds=1",
+            "--transactions=20",
+            "--databases=postgres",
+            f"--baseline={root}",
+            f"--redis-url={redis_url}",
+            f"--postgres-url={postgres_url}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| Postgres (psycopg 3) [baseline] |" in done.stdout
+    assert f"This tree / the baseline ({root})" in done.stdout
+    assert "| SQLite |" not in done.stdout
 
 
 async def test_pgbouncer_reports_wake_latency_per_route_and_the_fleets_server_connections(

@@ -9,8 +9,9 @@ that connection is in (``transaction.atomic()``), never committed here. Validati
 ids and statements are the state layer's; nothing is re-written in SQL here.
 
 Placeholders: Postgres statements are compiled for the driver of Django's Postgres
-backend (``%(name)s`` for both): psycopg 3 whenever it is installed, else psycopg2,
-whose JSON SQLAlchemy binds as text. The state adapter that owns the statements never
+backend (``%(name)s`` for both): psycopg 3 whenever it is installed (without the casts
+SQLAlchemy writes on its placeholders but for times', see :class:`_CastsOnTimesOnly`),
+else psycopg2, whose JSON SQLAlchemy binds as text. The state adapter that owns the statements never
 connects; on psycopg2 it is built on asyncpg's dialect (psycopg 3 is not importable
 there, or Django would use it), so asyncpg must be installed. SQLite statements are
 compiled with ``%s`` placeholders, which Django's SQLite cursor turns into ``?`` as it

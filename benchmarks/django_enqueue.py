@@ -10,11 +10,18 @@ next transaction runs, so it lands in whichever measure runs then. A Postgres da
 of the run's own (dropped afterwards) and a SQLite file (WAL, ``BEGIN IMMEDIATE``).
 One Postgres row starts the chain with the statement of a batch (a JSON document)
 instead of the one-chain ``INSERT ... VALUES``: what the one-chain statement saves.
+
+With ``--baseline DIR`` (a checkout of another commit) every round runs in two
+processes, one per checkout (``benchmarks/django_side.py``), on the same database, the
+rounds of the two alternating; the ratios of this tree's figures to the baseline's
+pair rounds run back to back.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import statistics
 import sys
@@ -28,6 +35,16 @@ from sqlalchemy.engine import make_url
 
 from benchmarks import runner, services
 
+_ROOT = Path(__file__).resolve().parent.parent
+_DATABASES = {
+    "postgres": ("default", "Postgres (psycopg 3)", False),
+    "batch": ("default", "Postgres (psycopg 3), the batch statement", True),
+    "prepared": ("prepared", "Postgres, prepared statements", False),
+    "sqlite": ("lite", "SQLite", False),
+}
+"""``--databases`` choices: the Django database alias, the row's label, and whether the
+one chain is started with the batch statement."""
+
 NAME = "django-enqueue"
 HELP = "task.enqueue() inside atomic() next to Model.objects.create() in the same transaction"
 
@@ -35,6 +52,16 @@ HELP = "task.enqueue() inside atomic() next to Model.objects.create() in the sam
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="recorded rounds")
     parser.add_argument("--transactions", type=int, default=1000, help="per round and database")
+    parser.add_argument(
+        "--databases",
+        default=",".join(_DATABASES),
+        help=f"comma-separated rows to run: {', '.join(_DATABASES)}",
+    )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="a checkout of another commit: every row also runs from it, alternating",
+    )
     parser.add_argument("--postgres-url", default=services.postgres_url())
     parser.add_argument("--redis-url", default=services.redis_url())
 
@@ -172,42 +199,110 @@ async def _insert_as_batch(self: Any, conn: Any, job_rows: Any) -> None:
 async def run(args: argparse.Namespace) -> str:
     import psycopg
 
+    chosen = runner.choices(args.databases, list(_DATABASES), "--databases")
     args.pg = make_url(args.postgres_url)
     admin = args.pg.set(drivername="postgresql").render_as_string(hide_password=False)
     database = f"qbench_django_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
+    sides: list[_Side] = []
     try:
-        _setup(args, database, Path(tempfile.mkdtemp()))
-        variants = [
-            _variant("default", "Postgres (psycopg 3)", args.transactions),
-            _variant(
-                "default",
-                "Postgres (psycopg 3), the batch statement",
-                args.transactions,
-                batch_statement=True,
-            ),
-            _variant("prepared", "Postgres, prepared statements", args.transactions),
-            _variant("lite", "SQLite", args.transactions),
-        ]
+        if args.baseline is None:
+            _setup(args, database, Path(tempfile.mkdtemp()))
+            variants = [
+                _variant(alias, label, args.transactions, batch_statement=batch)
+                for alias, label, batch in (_DATABASES[name] for name in chosen)
+            ]
+        else:
+            # One after the other: the first migrates the database the second finds ready.
+            for root, suffix in ((_ROOT, ""), (Path(args.baseline), " [baseline]")):
+                sides.append(await _Side.start(root, suffix, database, args))
+            variants = [side.variant(name, args.transactions) for name in chosen for side in sides]
         results = await runner.alternate(variants, args.rounds)
     finally:
-        from django.db import connections
+        for side in sides:
+            await side.stop()
+        if args.baseline is None:
+            from django.db import connections
 
-        connections.close_all()
+            connections.close_all()
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-    rows = results.all_medians()
+    sections = [
+        f"Medians over {args.rounds} alternating rounds of {args.transactions:,} "
+        "transactions, each opened by an untimed SELECT 1, then doing one create() and "
+        "one enqueue() (order alternating), one thread, Redis wakeups on:",
+        runner.table(results.all_medians(), first_column="database"),
+    ]
+    if sides:
+        ratios = {
+            _DATABASES[name][1]: results.ratio(sides[0].label(name), sides[1].label(name))
+            for name in chosen
+        }
+        sections += [
+            f"This tree / the baseline ({args.baseline}), medians of the ratios of rounds "
+            "run back to back:",
+            runner.table(ratios, first_column="database"),
+        ]
     return runner.report(
         "Django: enqueue inside atomic() next to Model.objects.create()",
-        [
-            f"Medians over {args.rounds} alternating rounds of {args.transactions:,} "
-            "transactions, each opened by an untimed SELECT 1, then doing one create() and "
-            "one enqueue() (order alternating), one thread, Redis wakeups on:",
-            runner.table(rows, first_column="database"),
-        ],
+        sections,
         notes=[f"Django {_django_version()}", runner.machine_notes()],
     )
+
+
+class _Side:
+    """A checkout's rounds, run by ``benchmarks/django_side.py`` in a process of its own."""
+
+    def __init__(self, root: Path, suffix: str, process: asyncio.subprocess.Process) -> None:
+        self.root = root
+        self.suffix = suffix
+        """Of its rows' labels."""
+        self._process = process
+
+    @classmethod
+    async def start(cls, root: Path, suffix: str, database: str, args: argparse.Namespace) -> _Side:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(_ROOT / "benchmarks" / "django_side.py"),
+            database,
+            args.redis_url,
+            args.postgres_url,
+            cwd=root,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        side = cls(root, suffix, process)
+        if await side._reply() != "ready":
+            raise SystemExit(f"django-enqueue: the side in {root} did not start")
+        return side
+
+    def label(self, name: str) -> str:
+        return _DATABASES[name][1] + self.suffix
+
+    def variant(self, name: str, transactions: int) -> runner.Variant:
+        alias, _, batch = _DATABASES[name]
+        request = {"alias": alias, "batch_statement": batch, "transactions": transactions}
+
+        async def one_round() -> runner.Figures:
+            assert self._process.stdin is not None
+            self._process.stdin.write(json.dumps(request).encode() + b"\n")
+            figures: runner.Figures = json.loads(await self._reply())
+            return figures
+
+        return runner.Variant(self.label(name), one_round)
+
+    async def _reply(self) -> str:
+        assert self._process.stdout is not None
+        line = await self._process.stdout.readline()
+        if not line:
+            raise SystemExit(f"django-enqueue: the side in {self.root} exited")
+        return line.decode().strip()
+
+    async def stop(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        await self._process.wait()
 
 
 def _django_version() -> str:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -553,6 +554,23 @@ async def test_session_enqueue_reports_start_chain_next_to_bare_inserts_per_driv
 def test_django_enqueue_reports_create_and_enqueue_per_database(
     redis_url: str, postgres_url: str
 ) -> None:
+    report = _django_enqueue(redis_url, postgres_url)
+    assert "| database | create() µs | enqueue() µs | enqueue / create |" in report
+    assert "| Postgres (psycopg 3) |" in report
+    assert "| SQLite |" in report
+
+
+def test_django_enqueue_runs_a_baseline_checkout_beside_this_one(
+    redis_url: str, postgres_url: str
+) -> None:
+    root = Path(__file__).resolve().parent.parent
+    report = _django_enqueue(redis_url, postgres_url, "--databases=postgres", f"--baseline={root}")
+    assert "| Postgres (psycopg 3) [baseline] |" in report
+    assert f"This tree / the baseline ({root})" in report
+    assert "| SQLite |" not in report
+
+
+def _django_enqueue(redis_url: str, postgres_url: str, *options: str) -> str:
     pytest.importorskip("django")
     # A process of its own: the benchmark configures Django's process-wide settings.
     done = subprocess.run(
@@ -563,6 +581,7 @@ def test_django_enqueue_reports_create_and_enqueue_per_database(
             "django-enqueue",
             "--rounds=1",
             "--transactions=20",
+            *options,
             f"--redis-url={redis_url}",
             f"--postgres-url={postgres_url}",
         ],
@@ -571,9 +590,7 @@ def test_django_enqueue_reports_create_and_enqueue_per_database(
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert "| database | create() µs | enqueue() µs | enqueue / create |" in done.stdout
-    assert "| Postgres (psycopg 3) |" in done.stdout
-    assert "| SQLite |" in done.stdout
+    return done.stdout
 
 
 async def test_pgbouncer_reports_wake_latency_per_route_and_the_fleets_server_connections(

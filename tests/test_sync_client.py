@@ -106,6 +106,28 @@ def test_a_sync_client_of_a_lists_adapter_pushes_wake_tokens_after_commit(
         tokens.close()
 
 
+@pytest.mark.parametrize("state_kind", ["sqlite"], indirect=True)
+def test_wakeups_follow_commits_again_after_redis_restarts(
+    sync_engine: Engine, private_redis: Any, prefix: str, table_prefix: str
+) -> None:
+    # A restarted server has closed the sender's connection and forgotten the scripts.
+    url = private_redis.url
+    notify = RedisNotifyAdapter(url, prefix=prefix)
+    with SyncClient(sync_engine, notify=notify, table_prefix=table_prefix) as client:
+        for _ in range(2):
+            listener = redis.Redis.from_url(url)
+            pubsub = listener.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(f"{prefix}:sched")
+            try:
+                client.start_chain("send-email")
+                assert _received(pubsub) == ["send-email"]
+                assert listener.get(f"{prefix}:hint:send-email") == b"1", "the wake budget"
+            finally:
+                pubsub.close()
+                listener.close()
+            private_redis.restart()
+
+
 @BOTH
 def test_eight_threads_start_four_thousand_chains_and_none_is_lost(
     sync_engine: Engine, table_prefix: str

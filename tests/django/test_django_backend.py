@@ -324,6 +324,24 @@ def test_priority_run_after_and_queue_map_onto_the_job(django_project: Project) 
         count_run.get_backend().get_result("0" * 32)
 
 
+def test_arguments_and_run_after_are_stored_exactly_as_given(django_project: Project) -> None:
+    # Django's cursor quotes every value into the statement's text: the JSON and the
+    # time have to come back as they went in, escapes, offsets and microseconds too.
+    from datetime import datetime, timezone
+
+    from django.db import connections
+    from shop.tasks import count_run
+
+    args = ["naïve 'quoted' \\ \"x\" \u2603 %s %(name)s", {"nested": [1.5, None, True, -7]}]
+    later = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    result = count_run.using(run_after=later).enqueue(*args)
+    stored = count_run.get_backend().get_result(result.id)
+    assert stored.args == args
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT scheduled_at FROM queuert_jobs WHERE id = %s", [result.id])
+        assert cursor.fetchone()[0] == later
+
+
 def test_sqlite_jobs_commit_with_the_rows_and_run_in_a_worker(
     django_project: Project, wakeups: list[str]
 ) -> None:

@@ -55,6 +55,21 @@ def _most_at_once(intervals: list[tuple[float, float]]) -> int:
     return most
 
 
+async def _start(
+    client: Client, workers: WorkerProcesses, names: list[str], **settings: str
+) -> None:
+    """Start a worker process per name; return once each is in the worker registry. Its
+    run has then begun, with its signal handlers set (a SIGTERM while it still imports
+    would kill it: exit -15), and no job can go to the first one up only."""
+    for name in names:
+        workers.start(name, **settings)
+
+    async def all_running() -> bool:
+        return {w.id for w in await client.workers()} >= set(names)
+
+    await wait_until(all_running, timeout=60, interval=0.2)
+
+
 async def _stop(workers: WorkerProcesses, names: list[str]) -> None:
     for proc in workers.procs:
         proc.send_signal(signal.SIGTERM)
@@ -74,13 +89,7 @@ async def test_concurrency_and_key_concurrency_hold_across_four_worker_processes
     total, keys = 150, 15
     await client.set_limits("limited", concurrency=3, key_concurrency=1)
     names = [f"w{i}" for i in range(4)]
-    for name in names:
-        workers.start(name, QT_CONCURRENCY="8")
-
-    async def all_started() -> bool:
-        return all(f"worker {name}" in workers.log(name) for name in names)
-
-    await wait_until(all_started, timeout=60, interval=0.2)
+    await _start(client, workers, names, QT_CONCURRENCY="8")
     await client.start_chains(
         [
             ChainSpec("limited", {"sleep": 0.002}, concurrency_key=f"customer-{n % keys}")
@@ -111,10 +120,9 @@ async def test_a_rate_of_50_per_second_is_never_exceeded(
     # Three seconds of full windows: the cap binds in each, as it would in six.
     total, rate = 150, 50
     await client.set_limits("limited", rate=rate, per=timedelta(seconds=1))
-    await client.start_chains([ChainSpec("limited") for _ in range(total)])
     names = ["a", "b", "c"]
-    for name in names:
-        workers.start(name, QT_CONCURRENCY="16")
+    await _start(client, workers, names, QT_CONCURRENCY="16")
+    await client.start_chains([ChainSpec("limited") for _ in range(total)])
 
     async def all_completed() -> bool:
         return (await client.count_jobs()).get("completed", 0) == total
@@ -147,10 +155,9 @@ async def test_pause_stops_new_starts_during_a_burst_and_resume_wakes_workers_at
     # 160 x sleep / 16 slots on Postgres (SQLite runs them one at a time, its single
     # writer held by each sleeping handler's session) - 2 s there, past a stall.
     sleep = 0.2 if state_kind == "postgres" else 0.05
-    await client.start_chains([ChainSpec("limited", {"sleep": sleep}) for _ in range(total)])
     names = ["a", "b"]
-    for name in names:
-        workers.start(name, QT_CONCURRENCY="8")
+    await _start(client, workers, names, QT_CONCURRENCY="8")
+    await client.start_chains([ChainSpec("limited", {"sleep": sleep}) for _ in range(total)])
 
     async def some_ran() -> bool:
         return (await client.count_jobs()).get("completed", 0) >= 40
@@ -193,8 +200,8 @@ async def test_a_worker_started_after_the_pause_leaves_the_type_alone(
 ) -> None:
     await client.pause_type("limited")
     chain = await client.start_chain("limited")
-    workers.start("late", QT_CONCURRENCY="4", QT_POLL="0.2")
-    await asyncio.sleep(2.0)
+    await _start(client, workers, ["late"], QT_CONCURRENCY="4", QT_POLL="0.2")
+    await asyncio.sleep(2.0)  # ten of its polls
     assert (await client.get_chain(chain.id)).status == "pending"
     resumed_at = time.time()
     await client.resume_type("limited")

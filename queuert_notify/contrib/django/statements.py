@@ -226,11 +226,12 @@ def _text_for_psycopg() -> Callable[[Any], Callable[[Any], Any]]:
     """psycopg 3: how a Django cursor gets the driver arguments. A client-side binding
     cursor (Django's default) gets times and JSON documents as their text.
 
-    Every placeholder of the statements carries its type's cast (``%(at)s::TIMESTAMP
-    WITH TIME ZONE``, ``%(input)s::JSONB``), so the server reads the same values. But
-    that cursor quotes every value into the statement's text on every run, and there
-    psycopg's datetime and JSON dumpers cost several times a string's quoting (an
-    enqueue's 17 values: 58 µs as dumped, 21 as text). A server-binding cursor
+    The server reads the same values: a time's placeholder keeps its cast
+    (``%(at)s::TIMESTAMP WITH TIME ZONE``, :class:`_CastsOnTimesOnly`), and an untyped
+    literal takes its column's type (a document its ``jsonb``). But that cursor quotes
+    every value into the statement's text on every run, and there psycopg's datetime
+    and JSON dumpers cost several times a string's quoting (an enqueue's 17 values:
+    58 µs as dumped, 21 as text). A server-binding cursor
     (``server_side_binding``) sends them typed, as psycopg dumps them.
     """
     # Imported here: beside Django's psycopg2 backend psycopg 3 may be missing.

@@ -11,7 +11,7 @@ from typing import Any
 import nats
 import nats.js.errors
 import pytest
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, inspect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -123,11 +123,24 @@ async def drop_tables(engine: AsyncEngine, table_prefix: str) -> None:
     deadlock to a worker still claiming from them (Postgres picks one side)."""
 
     def drop(sync_conn: Any) -> None:
-        metadata = MetaData()
-        metadata.reflect(sync_conn, only=lambda name, _: name.startswith(table_prefix))
-        metadata.drop_all(sync_conn)
-        if sync_conn.dialect.name == "postgresql":  # migration 0007's function
-            sync_conn.exec_driver_sql(f'DROP FUNCTION IF EXISTS "{table_prefix}claim_limited"')
+        if sync_conn.dialect.name != "postgresql":
+            # SQLite: in the order of their foreign keys, which reflection gives.
+            metadata = MetaData()
+            metadata.reflect(sync_conn, only=lambda name, _: name.startswith(table_prefix))
+            metadata.drop_all(sync_conn)
+            return
+        # One catalog read and one DROP ... CASCADE: reflecting every table first cost
+        # about 50 ms of each test that used Postgres.
+        quote = sync_conn.dialect.identifier_preparer.quote
+        names = [
+            quote(name)
+            for name in inspect(sync_conn).get_table_names()
+            if name.startswith(table_prefix)
+        ]
+        if names:
+            sync_conn.exec_driver_sql(f"DROP TABLE {', '.join(names)} CASCADE")
+        # Migration 0007's function.
+        sync_conn.exec_driver_sql(f'DROP FUNCTION IF EXISTS "{table_prefix}claim_limited"')
 
     for attempt in range(5):
         try:

@@ -348,7 +348,9 @@ async def _listener_memory(adapter: NotifyAdapter, listeners: int) -> runner.Fig
     first = await adapter.listen_chain_completed("warm-up", callback)
     gc.collect()
     # The collections below then walk only what the listeners allocated, not the whole
-    # heap (a full one took ~0.1 s each in a test process).
+    # heap (a full one took ~0.1 s each in a test process). A heap frozen already (the
+    # test suite's) stays so.
+    frozen_already = gc.get_freeze_count() > 0
     gc.freeze()
     tracemalloc.start()
     try:
@@ -363,7 +365,8 @@ async def _listener_memory(adapter: NotifyAdapter, listeners: int) -> runner.Fig
         retained = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-        gc.unfreeze()
+        if not frozen_already:
+            gc.unfreeze()
     await first()
     return {"bytes per listener": held / listeners, "bytes held after all left": retained}
 

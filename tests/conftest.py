@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,9 +66,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Under ``--dist loadgroup`` xdist marks each grouped test's id with its group;
-    a pytest whose ids it cannot change (9.2, pytest-dev/pytest-xdist#1386) would run
-    the groups' tests side by side, silently: refused instead."""
+    """The collected heap is frozen; and under ``--dist loadgroup`` xdist marks each
+    grouped test's id with its group: a pytest whose ids it cannot change (9.2,
+    pytest-dev/pytest-xdist#1386) would run the groups' tests side by side, silently:
+    refused instead."""
+    _freeze_the_heap()
     if not session.config.getoption("loadgroup", default=False):
         return
     lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group")]
@@ -76,6 +79,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             f"xdist_group has no effect with pytest {pytest.__version__} "
             "(pytest-dev/pytest-xdist#1386): install the dev extra's pytest"
         )
+
+
+def _freeze_the_heap() -> None:
+    """``gc.freeze()`` what imports and collection made: ~120k objects that live until
+    the end, which every full collection of Python's garbage collector walked (27 full
+    collections of ~170 ms each in a 73 s run of three modules; ~75 ms frozen)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _cluster_group(item: pytest.Item) -> str | None:

@@ -120,6 +120,27 @@ async def test_concurrent_starts_all_succeed_and_keep_at_most_one_connection(
     assert await _jobs(state) == 40
 
 
+async def test_the_applications_own_checkout_right_after_a_start_gets_the_kept_connection(
+    async_postgres_url: str, prefix: str
+) -> None:
+    # A pool of one, kept by the start: the application's checkout waits on the pool,
+    # the loop turns, and the connection comes back to it (no starved application).
+    engine = _named(async_postgres_url, prefix, pool_size=1, max_overflow=0, pool_timeout=30)
+    state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+    try:
+        await state.migrate()
+        client = Client(state=state, notify=NoopNotifyAdapter())
+        for _ in range(3):
+            await client.start_chain("t")
+            assert _checked_out(engine) == 1
+            async with engine.begin() as conn:
+                await client.start_chain("t", session=conn)
+        assert await _jobs(state) == 6
+    finally:
+        await drop_tables(engine, f"{prefix}_")
+        await engine.dispose()
+
+
 async def test_a_start_with_bad_input_writes_nothing_and_keeps_nothing(
     engine: AsyncEngine, state: SqlAlchemyStateAdapter, client: Client
 ) -> None:

@@ -112,13 +112,12 @@ class ConnectionLanes:
         except BaseException:
             await self._retire(lane)
             raise
-        if self._holders > 0:
-            self._idle.append(lane)
-        elif linger and not lane.invalidated:
-            self._idle.append(lane)
-            self._return_soon()
-        else:
+        if lane.invalidated or not (self._holders > 0 or linger):
             await self._retire(lane)
+            return
+        self._idle.append(lane)
+        if self._holders == 0:
+            self._return_soon()
 
     async def _retire(self, lane: AsyncConnection) -> None:
         self._open -= 1

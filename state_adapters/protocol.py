@@ -366,7 +366,8 @@ class StateAdapter(Protocol):
         ...
 
     def holding_connections(self) -> AbstractAsyncContextManager[None]:
-        """While open, the calls a worker repeats may keep connections out of the pool."""
+        """While open, the calls a worker repeats may keep connections out of the pool;
+        leaving the last hold gives back every connection kept (``Client.close()``)."""
         ...
 
     def handler_transaction(self) -> HandlerTransaction | None:

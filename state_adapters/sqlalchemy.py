@@ -149,10 +149,10 @@ class SqlAlchemyStateAdapter(
         plain = not any(c.dedup_key or c.blockers for c in chains)
         if session is None and (plain or self._db.starts_in_own_transaction):
             # Plain inserts are one statement on Postgres; on SQLite every start is one
-            # call into the driver's thread. On a held connection when one is free (no
-            # pool checkout and return, which on SQLite is a call of its own).
+            # call into the driver's thread. On a held connection (no checkout and return,
+            # a call of its own on SQLite), kept for a start right after this one.
             staged = NotificationBuffer()
-            async with self._lanes.connection() as own:
+            async with self._lanes.connection(linger=True) as own:
                 started = await self._db.in_transaction(
                     own, lambda conn: starting.start(self._db, conn, staged, chains, _now())
                 )
@@ -193,7 +193,8 @@ class SqlAlchemyStateAdapter(
         however many workers run on an engine, they keep two of its connections
         between them. A :class:`~queuert_notify.Worker` holds them while it runs; size
         the pool for them (``pool_size`` >= concurrency + 4 with atomic handlers that
-        use ``ctx.session``)."""
+        use ``ctx.session``). Leaving the last hold gives back every connection kept,
+        a plain start's for the next start too (``Client.close()``)."""
         return self._lanes.holding()
 
     async def acquire(

@@ -5,13 +5,13 @@ whose browser left: Starlette cancels it again at every await)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from state_adapters.transactions import checkout
 from tests.conftest import ASYNC_POSTGRES_DRIVERS, with_driver
+from tests.support.pool_checks import cancelled_at_every_await
 
 
 @pytest.mark.parametrize("driver", ASYNC_POSTGRES_DRIVERS)
@@ -32,23 +32,10 @@ async def test_a_call_cancelled_at_every_await_gives_its_connection_back(
                 await conn.exec_driver_sql("SELECT 1")
 
         for cancels_after in range(12):
-            await _cancelled_at_every_await(one_call, after=cancels_after)
+            await cancelled_at_every_await(one_call, after=cancels_after)
             assert engine.sync_engine.pool.checkedout() == 0, f"after {cancels_after}"  # type: ignore[attr-defined]
         # The pool's only connection is there to be taken (no stranded checkout).
         async with asyncio.timeout(10), checkout.connection(reader) as conn:
             assert (await conn.exec_driver_sql("SELECT 2")).scalar() == 2
     finally:
         await engine.dispose()
-
-
-async def _cancelled_at_every_await(call: Callable[[], Awaitable[None]], *, after: int) -> None:
-    """Run ``call()`` in a task, let it reach ``after`` awaits, then cancel it at every
-    turn of the event loop until it ends; it must end cancelled or done."""
-    task = asyncio.ensure_future(call())
-    for _ in range(after):
-        await asyncio.sleep(0)
-    while not task.done():
-        task.cancel()
-        await asyncio.sleep(0)
-    if not task.cancelled():
-        task.result()

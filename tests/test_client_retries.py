@@ -33,7 +33,7 @@ from state_adapters.ids import new_id
 from state_adapters.model import NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from tests.support.queue_helpers import CountingState
+from tests.support.queue_helpers import CountingState, wait_until
 from tests.test_postgres_notify import libpq_dsn
 
 pytest_plugins = ["tests.support.queue_fixtures"]
@@ -67,6 +67,10 @@ class LostCommit:
         self._active = False
 
     async def __aenter__(self) -> LostCommit:
+        if self.engine.dialect.name == "sqlite":
+            # A start keeps its connection for the next one until the loop turns: wait
+            # for it to be back, so that the next write's connection is checked out.
+            await wait_until(lambda: self.engine.sync_engine.pool.checkedout() == 0)  # type: ignore[attr-defined]
         self._active = True
         event.listen(self.engine.sync_engine, "commit", self._on_commit)
         event.listen(self.engine.sync_engine, "before_cursor_execute", self._before_statement)
@@ -313,7 +317,7 @@ async def test_a_start_that_loses_no_connection_reads_nothing_back(
     async with Client(state=counting, notify=NoopNotifyAdapter()) as client:
         await client.start_chains([ChainSpec("t"), ChainSpec("t", dedup_key="k")])
         await client.start_chain("t")
-    assert counting.calls == {"start_chains": 2}
+        assert counting.calls == {"start_chains": 2}
 
 
 # -- acting on chains ----------------------------------------------------------------

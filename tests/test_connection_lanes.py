@@ -4,15 +4,14 @@ them all back when it stops."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from state_adapters import SqlAlchemyStateAdapter
 from state_adapters.model import Completion, NewChain, NewJob
 from state_adapters.notifications import NotificationBuffer
+from tests.support.pool_checks import count_checkouts
 from tests.support.queue_helpers import drop_tables
 
 pytest_plugins = ["tests.support.queue_fixtures"]  # ``state`` on the engine below
@@ -27,16 +26,6 @@ async def engine(postgres_url: str, table_prefix: str) -> AsyncIterator[AsyncEng
     finally:
         await drop_tables(engine, table_prefix)
         await engine.dispose()
-
-
-def _count_checkouts(engine: AsyncEngine) -> list[int]:
-    checkouts = [0]
-
-    def on_checkout(*_: Any) -> None:
-        checkouts[0] += 1
-
-    event.listen(engine.sync_engine, "checkout", on_checkout)
-    return checkouts
 
 
 async def _claim_and_complete(state: SqlAlchemyStateAdapter, rounds: int) -> None:
@@ -54,7 +43,7 @@ async def test_claims_and_completions_reuse_held_connections(
     await state.start_chains([NewChain(NewJob("t")) for _ in range(60)], notes=NotificationBuffer())
     # Which types are paused or limited is read once a second, on a pooled connection.
     await state.acquire(["none"], worker_id="w", lease_seconds=30)
-    checkouts = _count_checkouts(engine)
+    checkouts = count_checkouts(engine)
     async with state.holding_connections():
         await _claim_and_complete(state, 10)
         assert engine.pool.checkedout() == 1  # type: ignore[attr-defined]

@@ -148,7 +148,10 @@ class Client(ChainActions, QueueOperations):
     async def close(self) -> None:
         """Publish what committed transactions still owe (waiting at most
         :data:`CLOSE_FLUSH_LIMIT` seconds for a notify server that does not answer),
-        then close the notify adapter (idempotent). The state adapter is left open."""
+        then close the notify adapter (idempotent). The state adapter is left open, with
+        no connection of its engine's pool kept for the next start."""
+        async with self.state.holding_connections():
+            pass  # leaving the last hold gives back what the state adapter kept
         if not await wait_for_notifications(timeout=CLOSE_FLUSH_LIMIT):
             logger.warning(
                 "the notify adapter did not take every notification within %.0fs; closing "

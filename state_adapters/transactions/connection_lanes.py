@@ -1,9 +1,11 @@
-"""Connections workers keep out of the pool for the calls they repeat in a loop.
+"""Connections kept out of the pool for the calls repeated back to back.
 
 A pooled checkout is not free under SQLAlchemy's asyncio engine: every checkout and
 check-in switches the connection's isolation level, resets it and hops through
-greenlets, which costs a third of a claim of ten jobs. A worker claims and completes
-jobs back to back for as long as it runs, so it holds a couple of connections instead.
+greenlets, which costs a third of a claim of ten jobs and half of a plain start. A
+worker claims and completes jobs back to back for as long as it runs, so it holds a
+couple of connections instead; an application starting chains one after another keeps
+the connection of one start for the next, until its event loop runs a turn without one.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool
@@ -40,11 +43,18 @@ class ConnectionLanes:
     holder is open, each serving one call at a time; a call that finds no free lane
     (or no holder open) uses a pooled connection as usual.
 
+    With no holder open, a call that may :meth:`linger <connection>` keeps one lane past
+    its end, which goes back to the pool as soon as the event loop runs a callback
+    while no call uses it: calls back to back in one task take one connection out of
+    the pool between them, and an idle application keeps none past a turn of its loop.
+
     Invariants: never more than ``size`` lanes exist (a lane is counted before its
-    connection is opened, so callers arriving together cannot each open one); a lane
-    serves one call at a time; a lane whose call failed goes back to the pool (a broken
-    connection is never reused: the next call opens another); when the last holder
-    leaves, every lane goes back to the pool.
+    connection is opened, so callers arriving together cannot each open one), nor more
+    than one with no holder open; a lane serves one call at a time, and between calls
+    is in no transaction (each call's is committed or rolled back by then); a lane
+    whose call failed or whose connection was invalidated goes back to the pool (a
+    broken connection is never reused: the next call opens another); when the last
+    holder leaves, every lane goes back to the pool.
     """
 
     def __init__(self, engine: AsyncEngine, size: int = DEFAULT_LANES) -> None:
@@ -54,6 +64,8 @@ class ConnectionLanes:
         self._idle: list[AsyncConnection] = []
         self._open = 0
         """Lanes that exist: idle ones plus those serving a call or being opened."""
+        self._returning: asyncio.AbstractEventLoop | None = None
+        """The loop on which :meth:`_return_idle` is due (no holder open)."""
 
     @property
     def open(self) -> int:
@@ -75,11 +87,16 @@ class ConnectionLanes:
                 await asyncio.shield(_close_all(idle))
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[AsyncConnection]:
-        """A lane if one is free or may be opened, else a pooled connection."""
-        if self._idle and self._holders > 0:
+    async def connection(self, *, linger: bool = False) -> AsyncIterator[AsyncConnection]:
+        """A lane if one is free or may be opened, else a pooled connection.
+
+        ``linger``: with no holder open too, one lane; kept after the call until the
+        loop next runs its callbacks (for a plain start, whose caller may start another
+        at once)."""
+        kept = self._holders > 0 or linger
+        if self._idle and kept:
             lane = self._idle.pop()
-        elif self._open < self._size and self._holders > 0:
+        elif kept and self._open < (self._size if self._holders > 0 else 1):
             self._open += 1
             try:
                 lane = await checkout.start(self._engine)
@@ -95,16 +112,63 @@ class ConnectionLanes:
         except BaseException:
             await self._retire(lane)
             raise
-        if self._holders == 0:
+        if lane.invalidated or not (self._holders > 0 or linger):
             await self._retire(lane)
-        else:
-            self._idle.append(lane)
+            return
+        self._idle.append(lane)
+        if self._holders == 0:
+            self._return_soon()
 
     async def _retire(self, lane: AsyncConnection) -> None:
         self._open -= 1
         await asyncio.shield(lane.close())
 
+    def _return_soon(self) -> None:
+        """Have :meth:`_return_idle` run once the loop gets to its callbacks (a call that
+        takes the lane meanwhile asks again when it ends)."""
+        loop = asyncio.get_running_loop()
+        if self._returning is not loop:  # another loop's is stale: that loop is gone
+            self._returning = loop
+            loop.call_soon(self._return_idle)
+
+    def _return_idle(self) -> None:
+        """Give the idle lanes back to the pool unless a holder came meanwhile. The close
+        runs in a task no cancellation stops: ``asyncio.run`` cancels the tasks left
+        when its coroutine returns, before they ran, and would strand the connection."""
+        self._returning = None
+        if self._holders > 0 or not self._idle:
+            return
+        idle, self._idle = self._idle, []
+        self._open -= len(idle)
+        returning = _Uncancellable(_close_all(idle))
+        _RETURNING.add(returning)
+        returning.add_done_callback(_RETURNING.discard)
+
 
 async def _close_all(connections: list[AsyncConnection]) -> None:
+    """Give ``connections`` back to their pool, or close them when it was disposed."""
     for connection in connections:
+        if _pool_disposed(connection):
+            await connection.invalidate()  # closes the driver's connection
         await connection.close()
+
+
+def _pool_disposed(connection: AsyncConnection) -> bool:
+    """Whether ``connection`` was checked out of a pool its engine has since replaced
+    (``engine.dispose()`` closes the connections in the pool, leaves the checked-out
+    ones to their users): back in the old pool, which nothing uses, it would stay open.
+    Read from private attributes; one another SQLAlchemy version lacks says no."""
+    sync = connection.sync_connection
+    pool = getattr(getattr(sync, "_dbapi_connection", None), "_pool", None)
+    return sync is not None and pool is not None and pool is not sync.engine.pool
+
+
+class _Uncancellable(asyncio.Task[None]):
+    """A task that runs to its end: :meth:`cancel` declines, as for a task already done."""
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+
+_RETURNING: set[asyncio.Task[None]] = set()
+"""The returns under way (the loop keeps only weak references to tasks)."""

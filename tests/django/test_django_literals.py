@@ -73,6 +73,7 @@ def test_values_it_does_not_write_are_left_to_psycopg(django_project: Project) -
         render = Literals().renderer(cursor.cursor)
         for value in (Decimal("1.5"), 1.5, Name("x"), "NUL \x00 inside", b"bytes"):
             assert render("SELECT %(value)s", {"value": value}) is None
+        assert render("SELECT %(value)s", {"other": 1}) is None
 
 
 def test_an_enqueue_is_one_statement_in_the_caller_s_transaction(django_project: Project) -> None:

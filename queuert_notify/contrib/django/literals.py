@@ -15,8 +15,9 @@ the cursor the statement without parameters, still one statement:
 - integers, booleans and ``NULL`` as psycopg writes them (a negative number after a
   space, so ``1 -%s`` does not become a comment).
 
-A value of any other type, text with a NUL character (which psycopg refuses) or a
-connection whose client encoding is not UTF8 (Django's) is left to psycopg. An
+A value of any other type, text with a NUL character (which psycopg refuses), a
+placeholder without a value or a connection whose client encoding is not UTF8
+(Django's) is left to psycopg. An
 enqueue's 12 values: 7.7 µs of CPU written here against 14.6 µs for the
 conversions and psycopg's ``mogrify`` (thread time, best of 9 runs of 2,000).
 """
@@ -81,6 +82,8 @@ class Literals:
             text, names = found
             literals: list[str] = []
             for name in names:
+                if name not in arguments:
+                    return None  # psycopg says which
                 value = arguments[name]
                 kind = type(value)
                 if value is None:

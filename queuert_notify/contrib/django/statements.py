@@ -10,11 +10,13 @@ ids and statements are the state layer's; nothing is re-written in SQL here.
 
 Placeholders: Postgres statements are compiled for the driver of Django's Postgres
 backend (``%(name)s`` for both): psycopg 3 whenever it is installed (without the casts
-SQLAlchemy writes on its placeholders but for times', see :class:`_CastsOnTimesOnly`),
-else psycopg2, whose JSON SQLAlchemy binds as text. The state adapter that owns the statements never
-connects; on psycopg2 it is built on asyncpg's dialect (psycopg 3 is not importable
-there, or Django would use it), so asyncpg must be installed. SQLite statements are
-compiled with ``%s`` placeholders, which Django's SQLite cursor turns into ``?`` as it
+SQLAlchemy writes on its placeholders but for times', see :class:`_CastsOnTimesOnly`;
+on Django's client-side binding cursor the values are written into the text here, see
+:mod:`queuert_notify.contrib.django.literals`), else psycopg2, whose JSON SQLAlchemy
+binds as text. The state adapter that owns the statements never connects; on psycopg2
+it is built on asyncpg's dialect (psycopg 3 is not importable there, or Django would
+use it), so asyncpg must be installed. SQLite statements are compiled with ``%s``
+placeholders, which Django's SQLite cursor turns into ``?`` as it
 does for its own queries.
 """
 
@@ -26,12 +28,14 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import DateTime, create_engine
-from sqlalchemy.dialects.postgresql.psycopg import PGCompiler_psycopg
+from sqlalchemy import DateTime
+from sqlalchemy.dialects.postgresql.psycopg import PGCompiler_psycopg, PGDialect_psycopg
+from sqlalchemy.dialects.postgresql.psycopg2 import PGDialect_psycopg2
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from queuert_notify.contrib.django.literals import Literals
 from queuert_notify.errors import ConfigurationError
 from state_adapters.postgres.database import Postgres
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
@@ -45,14 +49,15 @@ class QueueTables:
     compiled for the Django connection's driver. Shared by every thread."""
 
     def __init__(self, vendor: str, *, table_prefix: str, psycopg2: bool = False) -> None:
+        # The dialects the statements are compiled for are instances of their own: the
+        # state adapter's engine is the only one made.
         dialect: Dialect
         if vendor == "postgresql" and psycopg2:
             twin = _asyncpg_twin()
-            dialect = create_engine("postgresql+psycopg2://").dialect
+            dialect = PGDialect_psycopg2()  # type: ignore[no-untyped-call]
         elif vendor == "postgresql":
             twin = create_async_engine("postgresql+psycopg://")
-            dialect = create_async_engine("postgresql+psycopg://").dialect
-            dialect.statement_compiler = _CastsOnTimesOnly
+            dialect = _PsycopgCastsOnTimesOnly()  # type: ignore[no-untyped-call]
         elif vendor == "sqlite":
             twin = create_async_engine("sqlite+aiosqlite://")
             dialect = SQLiteDialect_pysqlite(paramstyle="format")
@@ -144,16 +149,22 @@ class _CastsOnTimesOnly(PGCompiler_psycopg):
         return sqltext
 
 
+class _PsycopgCastsOnTimesOnly(PGDialect_psycopg):
+    """psycopg 3's dialect with :class:`_CastsOnTimesOnly` for its compiler."""
+
+    statement_compiler = _CastsOnTimesOnly
+
+
 class CursorConnection(SyncConnection):
     """What the state layer awaits of a connection, done at once on a Django cursor
     (in its connection's transaction, which stays Django's)."""
 
-    __slots__ = ("_as_sent", "_cursor", "_tables")
+    __slots__ = ("_as_sent", "_cursor", "_render", "_tables")
 
     def __init__(self, cursor: Any, tables: QueueTables) -> None:
         self._cursor = cursor
         self._tables = tables
-        self._as_sent = tables.sending(cursor)
+        self._as_sent, self._render = tables.sending(cursor)
 
     @property
     def dialect(self) -> Dialect:
@@ -169,8 +180,7 @@ class CursorConnection(SyncConnection):
             # A batch of one row (an enqueue's chain and job on SQLite): execute() costs
             # less than executemany(), which Django's SQLite cursor runs through a tee().
             parameters = parameters[0]
-        arguments = self._as_sent(compiled.arguments(parameters or {}))
-        self._cursor.execute(compiled.sql, arguments)
+        self._run(compiled.sql, compiled.arguments(parameters or {}))
         rows = self._cursor.fetchall() if self._cursor.description is not None else []
         return Rows(compiled.typed(self._tables.as_stored(rows)), self._cursor.rowcount)
 
@@ -178,9 +188,18 @@ class CursorConnection(SyncConnection):
         return (await self.execute(statement, parameters)).scalar()
 
     async def exec_driver_sql(self, statement: str, parameters: Any = None) -> Any:
-        self._cursor.execute(statement, self._as_sent(parameters))
+        self._run(statement, parameters)
         rows = self._cursor.fetchall() if self._cursor.description is not None else []
         return Rows(rows, self._cursor.rowcount)
+
+    def _run(self, sql: str, arguments: Any) -> None:
+        text = None
+        if self._render is not None and isinstance(arguments, dict):
+            text = self._render(sql, arguments)
+        if text is None:
+            self._cursor.execute(sql, self._as_sent(arguments))
+        else:
+            self._cursor.execute(text)
 
 
 class Rows:
@@ -218,20 +237,28 @@ def _as_given(arguments: Any) -> Any:
     return arguments
 
 
-def _as_given_to(cursor: Any) -> Callable[[Any], Any]:
-    return _as_given
+Sending = tuple[Callable[[Any], Any], Callable[[str, Mapping[str, Any]], str | None] | None]
+"""How a cursor gets a statement's arguments: as driver arguments, and (psycopg 3's
+client-side binding cursor) as the statement's text with them written in (see
+:mod:`queuert_notify.contrib.django.literals`; ``None`` from it: the driver binds)."""
 
 
-def _text_for_psycopg() -> Callable[[Any], Callable[[Any], Any]]:
+def _as_given_to(cursor: Any) -> Sending:
+    return _as_given, None
+
+
+def _text_for_psycopg() -> Callable[[Any], Sending]:
     """psycopg 3: how a Django cursor gets the driver arguments. A client-side binding
-    cursor (Django's default) gets times and JSON documents as their text.
+    cursor (Django's default) gets the statement with its values written in
+    (:class:`~queuert_notify.contrib.django.literals.Literals`), or, where psycopg binds
+    them, times and JSON documents as their text.
 
     The server reads the same values: a time's placeholder keeps its cast
     (``%(at)s::TIMESTAMP WITH TIME ZONE``, :class:`_CastsOnTimesOnly`), and an untyped
-    literal takes its column's type (a document its ``jsonb``). But that cursor quotes
-    every value into the statement's text on every run, and there psycopg's datetime
-    and JSON dumpers cost several times a string's quoting (an enqueue's 17 values:
-    58 µs as dumped, 21 as text). A server-binding cursor
+    literal takes its column's type (a document its ``jsonb``). But psycopg quotes
+    every value into the statement's text on every run, and there its datetime and JSON
+    dumpers cost several times a string's quoting (an enqueue's 17 values: 58 µs as
+    dumped, 21 as text, at a load of 4). A server-binding cursor
     (``server_side_binding``) sends them typed, as psycopg dumps them.
     """
     # Imported here: beside Django's psycopg2 backend psycopg 3 may be missing.
@@ -239,6 +266,7 @@ def _text_for_psycopg() -> Callable[[Any], Callable[[Any], Any]]:
     from psycopg.types.json import Json, Jsonb
 
     documents = (Json, Jsonb)
+    literals = Literals()
 
     def as_text(arguments: Any) -> Any:
         # Changed in place: each is a new mapping, made by CompiledStatement.arguments.
@@ -250,8 +278,10 @@ def _text_for_psycopg() -> Callable[[Any], Callable[[Any], Any]]:
                     arguments[name] = json.dumps(value.obj)
         return arguments
 
-    def sending(cursor: Any) -> Callable[[Any], Any]:
-        return as_text if isinstance(cursor.cursor, ClientCursor) else _as_given
+    def sending(cursor: Any) -> Sending:
+        if isinstance(cursor.cursor, ClientCursor):
+            return as_text, literals.renderer(cursor.cursor)
+        return _as_given, None
 
     return sending
 

@@ -1,0 +1,118 @@
+"""The queue's statements as text with their values written in, for the client-side
+binding cursor of Django's psycopg 3 backend (its default).
+
+That cursor binds on the client anyway: psycopg writes every value into the
+statement's text on every run, through a dumper looked up per value and a quoting
+call per value. Here a statement's text is split at its placeholders once (a
+``str.format`` string per statement), and each run writes its values in, then hands
+the cursor the statement without parameters, still one statement:
+
+- text, times and JSON documents (as their text, as
+  :func:`queuert_notify.contrib.django.statements._text_for_psycopg` sends them to
+  psycopg) between single quotes; text holding a quote or a backslash is quoted by
+  libpq's ``PQescapeLiteral`` on the cursor's connection, as psycopg quotes it with
+  ``PQescapeStringConn``;
+- integers, booleans and ``NULL`` as psycopg writes them (a negative number after a
+  space, so ``1 -%s`` does not become a comment).
+
+A value of any other type, text with a NUL character (which psycopg refuses), a
+placeholder without a value or a connection whose client encoding is not UTF8
+(Django's) is left to psycopg. An
+enqueue's 12 values: 7.7 µs of CPU written here against 14.6 µs for the
+conversions and psycopg's ``mogrify`` (thread time, best of 9 runs of 2,000).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+"""A pyformat placeholder, or a ``%`` written as ``%%`` (its text without parameters)."""
+
+Template = tuple[str, tuple[str, ...]]
+"""A statement's text as a ``str.format`` string, a field for each placeholder (numbered
+by its parameter), and the names of its parameters, each once, in that order."""
+
+
+def template(sql: str) -> Template:
+    """``sql`` as a :data:`Template`, ``%%`` turned into ``%``."""
+    names: dict[str, int] = {}
+
+    def field(found: re.Match[str]) -> str:
+        name = found.group(1)
+        if name is None:
+            return "%"
+        return f"{{{names.setdefault(name, len(names))}}}"
+
+    text = _PLACEHOLDER.sub(field, sql.replace("{", "{{").replace("}", "}}"))
+    return text, tuple(names)
+
+
+class Literals:
+    """Statements' templates (made once per statement text, shared by threads) and
+    the renderer for one cursor."""
+
+    def __init__(self) -> None:
+        # Imported here: beside Django's psycopg2 backend psycopg 3 may be missing.
+        from psycopg.pq import Escaping
+        from psycopg.types.json import Json, Jsonb
+
+        self._templates: dict[str, Template] = {}
+        self._escaping = Escaping
+        self._documents = (Json, Jsonb)
+
+    def renderer(self, cursor: Any) -> Callable[[str, Mapping[str, Any]], str | None]:
+        """For ``cursor`` (a client-side binding psycopg cursor): the statement's text
+        with the arguments written in, or ``None`` when psycopg should bind them."""
+        pgconn = cursor.connection.pgconn
+        escape = self._escaping(pgconn).escape_literal
+        templates = self._templates
+        documents = self._documents
+
+        def render(sql: str, arguments: Mapping[str, Any]) -> str | None:
+            if pgconn.parameter_status(b"client_encoding") != b"UTF8":
+                return None
+            found = templates.get(sql)
+            if found is None:
+                found = templates[sql] = template(sql)
+            text, names = found
+            literals: list[str] = []
+            for name in names:
+                if name not in arguments:
+                    return None  # psycopg says which
+                value = arguments[name]
+                kind = type(value)
+                if value is None:
+                    literals.append("NULL")
+                    continue
+                if kind is bool:
+                    literals.append("true" if value else "false")
+                    continue
+                if kind is int:
+                    # A space before a minus sign, as psycopg writes it: "1 -%s" must not
+                    # become the comment "1 --7".
+                    literals.append(str(value) if value >= 0 else f" {value}")
+                    continue
+                if kind is datetime:
+                    # Digits, "-", ":", ".", "+" and "T": nothing to escape.
+                    literals.append(f"'{value.isoformat()}'")
+                    continue
+                if kind is not str:
+                    if kind not in documents:
+                        return None
+                    value = json.dumps(value.obj)
+                if "\x00" in value:
+                    return None  # psycopg refuses it, as Postgres does
+                if "'" in value or "\\" in value:
+                    literals.append(escape(value.encode()).decode())
+                else:
+                    # Nothing to escape: the same text whether the server reads
+                    # backslashes in quotes as escapes or not (standard_conforming_strings).
+                    literals.append(f"'{value}'")
+            return text.format(*literals)
+
+        return render

@@ -1,0 +1,91 @@
+"""The queue's statements on Django's client-side binding psycopg cursor: their values
+written into the text (``queuert_notify.contrib.django.literals``) read back on the
+server as psycopg's own binding of the same values, and an enqueue stays one
+statement."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from tests.django.conftest import Project
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("django")]
+
+_SQL = (
+    "SELECT %(text)s::text, %(quoted)s::text, %(count)s, 1 -%(negative)s, %(flag)s, "
+    "%(none)s::text, %(at)s::TIMESTAMP WITH TIME ZONE, %(document)s::jsonb, '100%%', "
+    "%(text)s::text = %(quoted)s::text"
+)
+
+
+def test_values_written_into_the_text_read_back_as_psycopg_binds_them(
+    django_project: Project,
+) -> None:
+    from django.db import connections
+    from psycopg import ClientCursor
+    from psycopg.types.json import Jsonb
+
+    from queuert_notify.contrib.django.literals import Literals
+
+    at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=-3)))
+    document = {"a": ["naïve 'q' \\ \"x\" \u2603 %s %(name)s", -7, 1.5, None, True]}
+    values = {
+        "text": "plain",
+        "quoted": "it's a \\ backslash, %s and \u2603",
+        "count": 2**40,
+        # "1 -%(negative)s" written "1 --7" would end the statement at a comment.
+        "negative": -7,
+        "flag": True,
+        "none": None,
+        "at": at,
+        "document": Jsonb(document),
+    }
+    with connections["default"].cursor() as cursor:
+        assert isinstance(cursor.cursor, ClientCursor)
+        render = Literals().renderer(cursor.cursor)
+        text = render(_SQL, values)
+        assert text is not None
+        cursor.execute(text)
+        written = cursor.fetchone()
+        cursor.execute(_SQL, values)
+        bound = cursor.fetchone()
+    assert written == bound
+    # Django's cursor reads JSON as its text.
+    assert json.loads(written[7]) == document
+    expected = (values["text"], values["quoted"], 2**40, 8, True, None, at)
+    assert written[:7] == expected
+    assert written[8:] == ("100%", False)
+
+
+def test_values_it_does_not_write_are_left_to_psycopg(django_project: Project) -> None:
+    from django.db import connections
+
+    from queuert_notify.contrib.django.literals import Literals
+
+    class Name(str):
+        pass
+
+    with connections["default"].cursor() as cursor:
+        render = Literals().renderer(cursor.cursor)
+        for value in (Decimal("1.5"), 1.5, Name("x"), "NUL \x00 inside", b"bytes"):
+            assert render("SELECT %(value)s", {"value": value}) is None
+        assert render("SELECT %(value)s", {"other": 1}) is None
+
+
+def test_an_enqueue_is_one_statement_in_the_caller_s_transaction(django_project: Project) -> None:
+    from django.db import connections, transaction
+    from django.test.utils import CaptureQueriesContext
+    from shop.tasks import count_run
+
+    # Rolled back: no job is left for the workers of the other tests.
+    with transaction.atomic():
+        with CaptureQueriesContext(connections["default"]) as queries:
+            result = count_run.using(priority=30).enqueue("it's one", {"%s": "\\"})
+        assert len(queries.captured_queries) == 1
+        stored = count_run.get_backend().get_result(result.id)
+        assert (stored.args, stored.task.priority) == (["it's one", {"%s": "\\"}], 30)
+        transaction.set_rollback(True)

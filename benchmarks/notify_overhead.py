@@ -349,9 +349,10 @@ async def _listener_memory(adapter: NotifyAdapter, listeners: int) -> runner.Fig
     gc.collect()
     # The collections below then walk only what the listeners allocated, not the whole
     # heap (a full one took ~0.1 s each in a test process). A heap frozen already (the
-    # test suite's) stays so.
+    # test suite's) is left as it is.
     frozen_already = gc.get_freeze_count() > 0
-    gc.freeze()
+    if not frozen_already:
+        gc.freeze()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]

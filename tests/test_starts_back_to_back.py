@@ -8,6 +8,7 @@ asyncpg), against the test Postgres."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -120,11 +121,10 @@ async def test_concurrent_starts_all_succeed_and_keep_at_most_one_connection(
     assert await _jobs(state) == 40
 
 
-async def test_the_applications_own_checkout_right_after_a_start_gets_the_kept_connection(
+async def test_with_no_connection_left_in_the_pool_a_start_gives_its_own_back_at_once(
     async_postgres_url: str, prefix: str
 ) -> None:
-    # A pool of one, kept by the start: the application's checkout waits on the pool,
-    # the loop turns, and the connection comes back to it (no starved application).
+    # A pool of one: a checkout of the application's could be waiting for it.
     engine = _named(async_postgres_url, prefix, pool_size=1, max_overflow=0, pool_timeout=30)
     state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
     try:
@@ -132,13 +132,82 @@ async def test_the_applications_own_checkout_right_after_a_start_gets_the_kept_c
         client = Client(state=state, notify=NoopNotifyAdapter())
         for _ in range(3):
             await client.start_chain("t")
-            assert _checked_out(engine) == 1
+            assert _checked_out(engine) == 0
             async with engine.begin() as conn:
                 await client.start_chain("t", session=conn)
         assert await _jobs(state) == 6
     finally:
         await drop_tables(engine, f"{prefix}_")
         await engine.dispose()
+
+
+async def test_a_task_waiting_on_the_pool_gets_a_connection_during_a_run_of_starts(
+    engine: AsyncEngine, state: SqlAlchemyStateAdapter, client: Client
+) -> None:
+    # The pool's two connections: one held by the application, one the starts' own.
+    started = 0
+    first_done = asyncio.Event()
+    waited_for: list[int] = []
+
+    async def starts() -> None:
+        nonlocal started
+        for _ in range(30):
+            await client.start_chain("t")
+            started += 1
+            first_done.set()
+
+    async def checkout_while_they_run() -> None:
+        await first_done.wait()
+        async with engine.connect():
+            waited_for.append(started)
+
+    async with engine.connect():
+        await asyncio.gather(starts(), checkout_while_they_run())
+    # It got the starts' connection when one of them gave it back, not after the 30.
+    assert waited_for and waited_for[0] < 30
+    assert await _jobs(state) == 30
+
+
+@pytest.mark.parametrize("driver", ASYNC_POSTGRES_DRIVERS)
+def test_a_start_on_another_event_loop_never_takes_the_connection_one_loop_keeps(
+    postgres_url: str, driver: str, prefix: str
+) -> None:
+    # One engine (no pool, as SQLAlchemy advises across loops), two loops in two threads.
+    url = with_driver(postgres_url, driver)
+    engine = _named(url, prefix, poolclass=NullPool)
+    state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
+    kept, go_on = threading.Event(), threading.Event()
+
+    async def first_loop() -> None:
+        await state.migrate()
+        await Client(state=state, notify=NoopNotifyAdapter()).start_chain("t")
+        kept.set()  # the start's connection is kept: this loop has not turned since
+        go_on.wait(60)  # and does not, while the other loop starts a chain
+
+    async def second_loop() -> None:
+        await Client(state=state, notify=NoopNotifyAdapter()).start_chain("t")
+
+    async def clean_up() -> None:
+        engine = create_async_engine(url, poolclass=NullPool)
+        await drop_tables(engine, f"{prefix}_")
+        await engine.dispose()
+
+    thread = threading.Thread(target=asyncio.run, args=(first_loop(),))
+    thread.start()
+    try:
+        assert kept.wait(60)
+        checkouts = count_checkouts(engine)
+        asyncio.run(second_loop())
+        assert checkouts[0] == 1  # a connection of its own, not the other loop's
+    finally:
+        go_on.set()
+        thread.join(60)
+    try:
+        with psycopg.connect(libpq_dsn(postgres_url)) as other:
+            (count,) = other.execute(f"SELECT count(*) FROM {prefix}_jobs").fetchone() or (0,)
+        assert count == 2
+    finally:
+        asyncio.run(clean_up())
 
 
 async def test_a_start_with_bad_input_writes_nothing_and_keeps_nothing(

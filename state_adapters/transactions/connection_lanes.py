@@ -11,18 +11,21 @@ the connection of one start for the next, until its event loop runs a turn witho
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.pool import Pool
+from sqlalchemy.pool import Pool, QueuePool
 
 from state_adapters.transactions import checkout
 
 DEFAULT_LANES = 2
 """One for claiming and one for writing completions, which a worker overlaps."""
+
+logger = logging.getLogger(__name__)
 
 _BY_POOL: weakref.WeakKeyDictionary[Pool, ConnectionLanes] = weakref.WeakKeyDictionary()
 
@@ -47,6 +50,13 @@ class ConnectionLanes:
     its end, which goes back to the pool as soon as the event loop runs a callback
     while no call uses it: calls back to back in one task take one connection out of
     the pool between them, and an idle application keeps none past a turn of its loop.
+    It is not kept when the pool has no connection left to give (another task may be
+    waiting for one: it gets this one, as before).
+
+    Lanes belong to the event loop that opened the first of them: a call from another
+    loop (another thread's, or a later ``asyncio.run``'s while a lane of the earlier
+    one is still being given back) uses a pooled connection, as a driver connection
+    must not be used from a loop other than its own.
 
     Invariants: never more than ``size`` lanes exist (a lane is counted before its
     connection is opened, so callers arriving together cannot each open one), nor more
@@ -66,6 +76,8 @@ class ConnectionLanes:
         """Lanes that exist: idle ones plus those serving a call or being opened."""
         self._returning: asyncio.AbstractEventLoop | None = None
         """The loop on which :meth:`_return_idle` is due (no holder open)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop the lanes belong to (set by the first lane while none is open)."""
 
     @property
     def open(self) -> int:
@@ -93,7 +105,7 @@ class ConnectionLanes:
         ``linger``: with no holder open too, one lane; kept after the call until the
         loop next runs its callbacks (for a plain start, whose caller may start another
         at once)."""
-        kept = self._holders > 0 or linger
+        kept = (self._holders > 0 or linger) and self._on_this_loop()
         if self._idle and kept:
             lane = self._idle.pop()
         elif kept and self._open < (self._size if self._holders > 0 else 1):
@@ -112,12 +124,28 @@ class ConnectionLanes:
         except BaseException:
             await self._retire(lane)
             raise
-        if lane.invalidated or not (self._holders > 0 or linger):
+        if lane.invalidated or not (self._holders > 0 or (linger and not self._pool_full())):
             await self._retire(lane)
             return
         self._idle.append(lane)
         if self._holders == 0:
             self._return_soon()
+
+    def _on_this_loop(self) -> bool:
+        """Whether the lanes belong to the running loop (they do when none is open)."""
+        loop = asyncio.get_running_loop()
+        if self._open == 0:
+            self._loop = loop
+        return self._loop is loop
+
+    def _pool_full(self) -> bool:
+        """Whether a checkout could be waiting on the pool now: a queue pool (the
+        default) with every connection it may open checked out. Pools of other kinds
+        (``NullPool``, ``StaticPool``) make no checkout wait."""
+        pool = self._engine.sync_engine.pool
+        if not isinstance(pool, QueuePool) or pool._max_overflow < 0:  # -1: no limit
+            return False
+        return pool.checkedout() >= pool.size() + pool._max_overflow
 
     async def _retire(self, lane: AsyncConnection) -> None:
         self._open -= 1
@@ -146,11 +174,15 @@ class ConnectionLanes:
 
 
 async def _close_all(connections: list[AsyncConnection]) -> None:
-    """Give ``connections`` back to their pool, or close them when it was disposed."""
+    """Give ``connections`` back to their pool, or close them when it was disposed;
+    one that fails does not keep the others out of the pool."""
     for connection in connections:
-        if _pool_disposed(connection):
-            await connection.invalidate()  # closes the driver's connection
-        await connection.close()
+        try:
+            if _pool_disposed(connection):
+                await connection.invalidate()  # closes the driver's connection
+            await connection.close()
+        except Exception as exc:  # logged: the pool opens another in its place
+            logger.warning("a kept database connection failed to close: %r", exc)
 
 
 def _pool_disposed(connection: AsyncConnection) -> bool:

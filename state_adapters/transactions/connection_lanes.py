@@ -196,7 +196,10 @@ def _pool_disposed(connection: AsyncConnection) -> bool:
 
 
 class _Uncancellable(asyncio.Task[None]):
-    """A task that runs to its end: :meth:`cancel` declines, as for a task already done."""
+    """A task that runs to its end: :meth:`cancel` declines, as for a task already done.
+    So would a timeout inside it (timeouts cancel): what bounds a return is the pool's
+    check-in, which on asyncpg and psycopg sends nothing to the server (the connection
+    is idle, in autocommit), and SQLAlchemy's own shielded close with its timeout."""
 
     def cancel(self, msg: Any = None) -> bool:
         return False

@@ -89,3 +89,16 @@ def test_an_enqueue_is_one_statement_in_the_caller_s_transaction(django_project:
         stored = count_run.get_backend().get_result(result.id)
         assert (stored.args, stored.task.priority) == (["it's one", {"%s": "\\"}], 30)
         transaction.set_rollback(True)
+
+
+def test_a_statement_is_split_once_and_other_placeholder_forms_are_left_to_psycopg() -> None:
+    from queuert_notify.contrib.django.literals import template
+
+    # One field per parameter however often it appears; "%%" is a "%"; braces stay text.
+    assert template("SELECT %(a)s, %(b)s, %(a)s, '{x}', '100%%'") == (
+        "SELECT {0}, {1}, {0}, '{{x}}', '100%'",
+        ("a", "b"),
+    )
+    # A placeholder the pattern does not take is never sent as text.
+    for sql in ("SELECT %s", "SELECT %(a-b)s", "SELECT %(a)s, %(b)d"):
+        assert template(sql) is None, sql

@@ -38,8 +38,11 @@ Template = tuple[str, tuple[str, ...]]
 by its parameter), and the names of its parameters, each once, in that order."""
 
 
-def template(sql: str) -> Template:
-    """``sql`` as a :data:`Template`, ``%%`` turned into ``%``."""
+def template(sql: str) -> Template | None:
+    """``sql`` as a :data:`Template`, ``%%`` turned into ``%``; ``None`` when it has a
+    placeholder of another form (psycopg's to read)."""
+    if "%" in _PLACEHOLDER.sub("", sql):
+        return None
     names: dict[str, int] = {}
 
     def field(found: re.Match[str]) -> str:
@@ -61,7 +64,7 @@ class Literals:
         from psycopg.pq import Escaping
         from psycopg.types.json import Json, Jsonb
 
-        self._templates: dict[str, Template] = {}
+        self._templates: dict[str, Template | None] = {}
         self._escaping = Escaping
         self._documents = (Json, Jsonb)
 
@@ -76,9 +79,11 @@ class Literals:
         def render(sql: str, arguments: Mapping[str, Any]) -> str | None:
             if pgconn.parameter_status(b"client_encoding") != b"UTF8":
                 return None
-            found = templates.get(sql)
+            if sql not in templates:
+                templates[sql] = template(sql)
+            found = templates[sql]
             if found is None:
-                found = templates[sql] = template(sql)
+                return None
             text, names = found
             literals: list[str] = []
             for name in names:

@@ -134,7 +134,11 @@ class ClusterNode:
             argv += ["--requirepass", self.password, "--masterauth", self.password]
         with (self.workdir / "server.log").open("ab") as log:  # the child keeps its own copy
             self.process = subprocess.Popen(argv, cwd=self.workdir, stdout=log, stderr=log)
-        wait_for_port(self.port)
+        try:
+            wait_for_port(self.port)
+        except RuntimeError as exc:  # it exited (a port taken meanwhile) or hangs
+            self.kill()
+            raise NodeDidNotStart(f"{exc}; see {self.workdir / 'server.log'}") from None
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -160,6 +164,22 @@ class ClusterNode:
         return Redis(
             host="127.0.0.1", port=self.port, password=self.password, socket_timeout=2.0, **tls
         )
+
+
+class NodeDidNotStart(RuntimeError):
+    """A node's redis-server answered on no port (it could not bind one, most often)."""
+
+
+def _distinct_free_ports(count: int) -> list[int]:
+    """``count`` free loopback ports, no two alike: the kernel may hand out the port it
+    just gave for the next bind too (a node given one port twice aborted, its cluster
+    bus port in use by itself)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 @dataclass
@@ -193,26 +213,33 @@ class LocalRedisCluster:
 
     def start(self, attempts: int = 3) -> None:
         """Six nodes on free ports, joined into a cluster. A port found free may be taken
-        by another test process before its node binds it (seen once in a CI run:
-        `redis-cli --cluster create` failed for a whole module): then all six start
-        again on other ports, ``attempts`` times at most."""
+        by another test process before its node binds it (seen in CI runs: `redis-cli
+        --cluster create` failed for a whole module; a node aborted, its cluster bus
+        port in use): then all six start again on other ports, ``attempts`` times at
+        most."""
         for attempt in range(attempts):
-            created = self._create(self.workdir / f"attempt{attempt}")
-            if created.returncode == 0:
-                self.wait_settled()
-                return
+            try:
+                created = self._create(self.workdir / f"attempt{attempt}")
+            except NodeDidNotStart as exc:
+                failure = str(exc)
+            else:
+                if created.returncode == 0:
+                    self.wait_settled()
+                    return
+                failure = (created.stdout + created.stderr).decode(errors="replace").strip()
             self.stop()
             self.nodes.clear()
         raise RuntimeError(
-            f"redis-cli --cluster create failed {attempts} times; the last said: "
-            f"{(created.stdout + created.stderr).decode(errors='replace').strip()[-2000:]}"
+            f"the cluster did not start in {attempts} attempts; the last: {failure[-2000:]}"
         )
 
     def _create(self, workdir: Path) -> subprocess.CompletedProcess[bytes]:
+        ports = _distinct_free_ports(12)
         for index in range(6):
             node_dir = workdir / f"node{index}"
             node_dir.mkdir(parents=True)
-            node = ClusterNode(free_port(), free_port(), node_dir, self.password, self.tls)
+            port, bus_port = ports[2 * index : 2 * index + 2]
+            node = ClusterNode(port, bus_port, node_dir, self.password, self.tls)
             self.nodes.append(node)
             node.start()
         create = ["redis-cli", "--cluster", "create", *(node.address for node in self.nodes)]

@@ -80,6 +80,28 @@ async def _jobs(state: SqlAlchemyStateAdapter) -> int:
         return int(counted.scalar_one())
 
 
+def _jobs_seen_by_another_connection(postgres_url: str, prefix: str) -> int:
+    """The jobs committed, counted on a connection of another client (plain psycopg)."""
+    with psycopg.connect(libpq_dsn(postgres_url)) as other:
+        (count,) = other.execute(f"SELECT count(*) FROM {prefix}_jobs").fetchone() or (0,)
+    return int(count)
+
+
+def _unpooled(postgres_url: str, driver: str, prefix: str) -> AsyncEngine:
+    """An engine without a pool (as SQLAlchemy advises for one used from several event
+    loops), for a test that runs loops of its own."""
+    return _named(with_driver(postgres_url, driver), prefix, poolclass=NullPool)
+
+
+def _drop_tables_from_a_new_loop(postgres_url: str, driver: str, prefix: str) -> None:
+    async def drop() -> None:
+        engine = create_async_engine(with_driver(postgres_url, driver), poolclass=NullPool)
+        await drop_tables(engine, f"{prefix}_")
+        await engine.dispose()
+
+    asyncio.run(drop())
+
+
 async def test_starts_back_to_back_take_one_connection_and_give_it_back_when_the_loop_idles(
     engine: AsyncEngine, state: SqlAlchemyStateAdapter, client: Client
 ) -> None:
@@ -101,11 +123,8 @@ async def test_a_start_commits_before_it_returns(
     engine: AsyncEngine, postgres_url: str, client: Client, prefix: str
 ) -> None:
     await client.start_chain("t")
-    # Read at once (the loop has not turned: the connection is still kept) on a
-    # connection of another client.
-    with psycopg.connect(libpq_dsn(postgres_url)) as other:
-        (count,) = other.execute(f"SELECT count(*) FROM {prefix}_jobs").fetchone() or (0,)
-    assert count == 1
+    # Read at once (the loop has not turned: the connection is still kept).
+    assert _jobs_seen_by_another_connection(postgres_url, prefix) == 1
     assert _checked_out(engine) == 1
 
 
@@ -172,9 +191,8 @@ async def test_a_task_waiting_on_the_pool_gets_a_connection_during_a_run_of_star
 def test_a_start_on_another_event_loop_never_takes_the_connection_one_loop_keeps(
     postgres_url: str, driver: str, prefix: str
 ) -> None:
-    # One engine (no pool, as SQLAlchemy advises across loops), two loops in two threads.
-    url = with_driver(postgres_url, driver)
-    engine = _named(url, prefix, poolclass=NullPool)
+    # One engine, two loops in two threads.
+    engine = _unpooled(postgres_url, driver, prefix)
     state = SqlAlchemyStateAdapter(engine, table_prefix=f"{prefix}_")
     kept, go_on = threading.Event(), threading.Event()
 
@@ -187,11 +205,6 @@ def test_a_start_on_another_event_loop_never_takes_the_connection_one_loop_keeps
     async def second_loop() -> None:
         await Client(state=state, notify=NoopNotifyAdapter()).start_chain("t")
 
-    async def clean_up() -> None:
-        engine = create_async_engine(url, poolclass=NullPool)
-        await drop_tables(engine, f"{prefix}_")
-        await engine.dispose()
-
     thread = threading.Thread(target=asyncio.run, args=(first_loop(),))
     thread.start()
     try:
@@ -203,11 +216,9 @@ def test_a_start_on_another_event_loop_never_takes_the_connection_one_loop_keeps
         go_on.set()
         thread.join(60)
     try:
-        with psycopg.connect(libpq_dsn(postgres_url)) as other:
-            (count,) = other.execute(f"SELECT count(*) FROM {prefix}_jobs").fetchone() or (0,)
-        assert count == 2
+        assert _jobs_seen_by_another_connection(postgres_url, prefix) == 2
     finally:
-        asyncio.run(clean_up())
+        _drop_tables_from_a_new_loop(postgres_url, driver, prefix)
 
 
 async def test_a_start_with_bad_input_writes_nothing_and_keeps_nothing(
@@ -333,8 +344,7 @@ def test_a_start_last_in_asyncio_run_still_gives_its_connection_back(
     postgres_url: str, driver: str, prefix: str
 ) -> None:
     # No pool: a connection given back is closed, not left to a loop that is gone.
-    url = with_driver(postgres_url, driver)
-    engine = _named(url, prefix, poolclass=NullPool)
+    engine = _unpooled(postgres_url, driver, prefix)
     moves = {"checkout": 0, "checkin": 0}
 
     def counter(name: str) -> Callable[..., None]:
@@ -349,15 +359,10 @@ def test_a_start_last_in_asyncio_run_still_gives_its_connection_back(
         await Client(state=state, notify=NoopNotifyAdapter()).start_chain("t")
         # asyncio.run now cancels the tasks left, the connection's return included.
 
-    async def clean_up() -> None:
-        engine = create_async_engine(url, poolclass=NullPool)
-        await drop_tables(engine, f"{prefix}_")
-        await engine.dispose()
-
     try:
         asyncio.run(main())
         assert moves["checkin"] == moves["checkout"]
         with psycopg.connect(libpq_dsn(postgres_url), autocommit=True) as admin:
             assert _backends(admin, prefix) == 0
     finally:
-        asyncio.run(clean_up())
+        _drop_tables_from_a_new_loop(postgres_url, driver, prefix)

@@ -116,7 +116,7 @@ class Processes:
             stderr=log,
             start_new_session=True,
         )
-        wait_for_port(self.redis_port)
+        wait_for_port(self.redis_port, self.redis)
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     def kill_redis(self) -> None:

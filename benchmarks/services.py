@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 import tempfile
 import time
 import uuid
@@ -34,13 +35,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout: float = 10.0) -> None:
+def wait_for_port(
+    port: int, server: subprocess.Popen[bytes] | None = None, timeout: float = 10.0
+) -> None:
     """Return once something accepts connections on 127.0.0.1:``port``; RuntimeError
-    after ``timeout`` seconds."""
+    after ``timeout`` seconds, or at once when ``server`` (the process meant to listen
+    there) has exited: a port taken meanwhile makes it abort at start."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
+        if server is not None and server.poll() is not None:
+            raise RuntimeError(f"the server for 127.0.0.1:{port} exited ({server.returncode})")
         time.sleep(0.02)
     raise RuntimeError(f"nothing answers on 127.0.0.1:{port} after {timeout}s")
 

@@ -14,6 +14,7 @@ import pytest
 
 from benchmarks import runner
 from benchmarks.cli import run_benchmark
+from benchmarks.services import free_port, wait_for_port
 from tests.support.held_horizon import holds_the_horizon
 
 
@@ -47,6 +48,15 @@ def test_percentiles_use_nearest_rank_in_milliseconds() -> None:
         "p99 ms": pytest.approx(99),
         "max ms": pytest.approx(100),
     }
+
+
+def test_waiting_for_a_server_that_exited_fails_at_once_with_its_exit_status() -> None:
+    server = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    server.wait()
+
+    # Without the process, this would wait out the timeout (an hour) for a port nobody binds.
+    with pytest.raises(RuntimeError, match=r"exited \(3\)"):
+        wait_for_port(free_port(), server, timeout=3600)
 
 
 async def test_notify_overhead_reports_every_adapter_the_ratios_and_listener_memory(

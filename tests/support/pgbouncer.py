@@ -126,7 +126,7 @@ pidfile = {workdir}/pgbouncer.pid
         [*argv, str(workdir / "pgbouncer.ini")], cwd=workdir, stdout=log, stderr=log
     )
     try:
-        wait_for_port(port)
+        wait_for_port(port, process)
         yield Bouncer(port, database, user, process)
     finally:
         process.terminate()

@@ -135,7 +135,7 @@ class ClusterNode:
         with (self.workdir / "server.log").open("ab") as log:  # the child keeps its own copy
             self.process = subprocess.Popen(argv, cwd=self.workdir, stdout=log, stderr=log)
         try:
-            wait_for_port(self.port)
+            wait_for_port(self.port, self.process)
         except RuntimeError as exc:  # it exited (a port taken meanwhile) or hangs
             self.kill()
             raise NodeDidNotStart(f"{exc}; see {self.workdir / 'server.log'}") from None

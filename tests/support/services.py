@@ -109,7 +109,7 @@ class OwnServer:
     def start(self) -> None:
         log = (self.workdir / "server.log").open("ab")
         self.process = subprocess.Popen(self.argv, cwd=self.workdir, stdout=log, stderr=log)
-        wait_for_port(self.port)
+        wait_for_port(self.port, self.process)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -111,14 +111,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ours-drivers",
         default="psycopg",
-        help="comma-separated async Postgres drivers of ours' enqueue and batch rows: "
+        help="comma-separated async Postgres drivers of ours' enqueue, batch and drain rows: "
         "psycopg, asyncpg",
     )
     parser.add_argument(
         "--baseline",
         default=None,
-        help="a checkout of another commit: ours' enqueue and batch rows also run from it, "
-        "alternating with this tree's",
+        help="a checkout of another commit: ours' enqueue, batch and Postgres drain rows also "
+        "run from it, alternating with this tree's",
     )
     parser.add_argument("--venv", default=str(_ROOT / ".bench-peers"))
     parser.add_argument("--oban-venv", default=str(_ROOT / ".bench-oban"))
@@ -162,6 +162,12 @@ def _ours(
         f"--driver={driver}",
     )
     return Side(name, command, postgres=state == "postgres", sqlalchemy_url=True)
+
+
+def _baseline(side: Side, root: str) -> Side:
+    """``side`` run from the checkout at ``root`` (``--baseline``), alternating with this
+    tree's."""
+    return replace(side, name=f"{side.name} [baseline]", root=Path(root))
 
 
 def _floor(kind: str) -> Side:
@@ -341,12 +347,7 @@ async def run(args: argparse.Namespace) -> str:
         ]
         sqlite = [_ours("sqlite", n, args) for n in ("noop", "in-process")] if args.sqlite else []
         baseline = (
-            []
-            if args.baseline is None
-            else [
-                replace(side, name=f"{side.name} [baseline]", root=Path(args.baseline))
-                for side in postgres
-            ]
+            [] if args.baseline is None else [_baseline(side, args.baseline) for side in postgres]
         )
         sides = [
             *postgres,
@@ -429,12 +430,19 @@ async def run(args: argparse.Namespace) -> str:
             reference = _ours("postgres", "redis", args)
             ours = [reference]
             ours += [
+                _ours("postgres", "redis", args, driver=driver)
+                for driver in _list(args.ours_drivers)
+                if driver != "psycopg"
+            ]
+            ours += [
                 _ours("postgres", "redis", args, int(n))
                 for n in _list(args.processes)
                 if int(n) > 1
             ]
             if args.sqlite:
                 ours.append(_ours("sqlite", "in-process", args))
+            if args.baseline is not None:
+                ours += [_baseline(side, args.baseline) for side in ours if side.postgres]
             sections.append(await _drain_section(ours, found, jobs, args, reference.name))
 
     notes = [
@@ -468,6 +476,13 @@ async def _drain_section(
         rows[side.name]["ours (Postgres + Redis, 1 process) / this"] = results.ratio(
             reference, side.name
         )["jobs/s"]
+    for side in ours:
+        before = f"{side.name} [baseline]"
+        if before in rows:
+            # Per-round pairs: this tree's round i against the baseline's round i.
+            rows[side.name]["queue CPU / baseline"] = results.ratio(side.name, before)[
+                "queue CPU µs/job"
+            ]
     best = [
         _against_best(rows, reference, label, group)
         for label, group in (("at its defaults", peers.defaults), ("matched", peers.matched))

@@ -81,16 +81,20 @@ class EventEmitter:
     ) -> None:
         if self._on_event is None:
             return
-        event = WorkerEvent(
-            kind=kind,
-            job_id=job.id if job is not None else job_id or "",
-            worker_id=self._worker_id,
-            type_name=job.type_name if job is not None else None,
-            chain_id=job.chain_id if job is not None else None,
-            attempt=job.attempt if job is not None else None,
-            at=time.time(),
-            **details,
-        )
+        # Positional where it can be, in the order of the fields: two events per job.
+        if job is not None:
+            event = WorkerEvent(
+                kind,
+                job.id,
+                self._worker_id,
+                job.type_name,
+                job.chain_id,
+                job.attempt,
+                at=time.time(),
+                **details,
+            )
+        else:
+            event = WorkerEvent(kind, job_id or "", self._worker_id, at=time.time(), **details)
         try:
             self._on_event(event)
         except Exception:

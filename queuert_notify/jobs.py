@@ -58,18 +58,19 @@ class Job:
 
     @classmethod
     def from_record(cls, record: JobRecord) -> Job:
+        # Positional, in the order of the fields: built for every job a worker claims.
         return cls(
-            id=record.id,
-            chain_id=record.chain_id,
-            chain_index=record.chain_index,
-            type_name=record.type_name,
-            input=record.input,
-            attempt=record.attempt,
-            max_attempts=record.max_attempts,
-            priority=record.priority,
-            created_at=record.created_at,
-            scheduled_at=record.scheduled_at,
-            concurrency_key=record.concurrency_key,
+            record.id,
+            record.chain_id,
+            record.chain_index,
+            record.type_name,
+            record.input,
+            record.attempt,
+            record.max_attempts,
+            record.priority,
+            record.created_at,
+            record.scheduled_at,
+            record.concurrency_key,
         )
 
 

@@ -4,12 +4,10 @@ lost lease), and its outcome written. The per-job part of the worker; the loop
 
 from __future__ import annotations
 
-from typing import Any
-
 from queuert_notify.client.client import Client
 from queuert_notify.events import EventEmitter
 from queuert_notify.job_logs.attempt_log import running_attempt
-from queuert_notify.jobs import HandlerRegistry, Job, JobContext
+from queuert_notify.jobs import HandlerRegistry, JobContext
 from queuert_notify.notify.protocol import Unsubscribe
 from queuert_notify.observe import instrumentation
 from queuert_notify.worker.job_outcome import OutcomeWriter
@@ -84,9 +82,9 @@ class JobExecution:
 
         try:
             with run.trace:
-                unsubscribe = await self._subscriptions.listen_for_ownership_loss(
-                    job.id, lost, _job_extra(job, self.worker_id)
-                )
+                # The worker's one listener for every job's loss: a table entry, no await.
+                if not self._subscriptions.watch_ownership_loss(job.id, lost):
+                    unsubscribe = await self._subscriptions.listen_for_ownership_loss(job, lost)
                 result, error = await run.run_handler(
                     run.trace.handling(lambda: self.registry.call(run.job, ctx)),
                     self.handler_timeout,
@@ -99,20 +97,16 @@ class JobExecution:
                 running_attempt.reset(logging_to)
             if run.checks:
                 await run.cancel_checks()
-            if ctx.transaction is not None:
+            if ctx.transaction is not None and ctx.transaction.opened:
                 await ctx.transaction.close()
-            await self._subscriptions.stop_listening_for_ownership_loss(job.id, lost, unsubscribe)
+            if unsubscribe is None:
+                self._subscriptions.forget_ownership_loss(job.id, lost)
+            else:
+                await self._subscriptions.stop_listening_for_ownership_loss(
+                    job.id, lost, unsubscribe
+                )
             # However the run ended, its lines are written (with its outcome if any), once
             # the handler's transaction is closed (on SQLite it may hold the write lock).
             left = unwritten + self._logs.close_attempt(log)
             if left:
                 await self._logs.write(left)
-
-
-def _job_extra(job: Job, worker_id: str) -> dict[str, Any]:
-    return {
-        "job_id": job.id,
-        "type_name": job.type_name,
-        "attempt": job.attempt,
-        "worker_id": worker_id,
-    }

@@ -30,7 +30,7 @@ class Phase(enum.Enum):
     """The handler returned or raised; its completion or failure is being written."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class JobRun:
     """A run of ``job`` under ``lease_token``.
 

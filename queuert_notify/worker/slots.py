@@ -35,7 +35,9 @@ class Slots:
 
     def free(self) -> int:
         """Handlers that may start now."""
-        return min(self.concurrency - self._busy, 3 * self.concurrency - len(self._runs))
+        # Called a few times per job: a comparison, not min().
+        idle, room = self.concurrency - self._busy, 3 * self.concurrency - len(self._runs)
+        return idle if idle < room else room
 
     @property
     def waiting(self) -> int:
@@ -87,7 +89,9 @@ class Slots:
         slot if it still holds one. True when no slot was free before."""
         was_full = self.free() <= 0
         self._runs.pop(run.lease_token, None)
-        self.release(run)
+        if run.holds_slot:
+            run.holds_slot = False
+            self._busy -= 1
         return was_full
 
     def __iter__(self) -> Iterator[JobRun]:

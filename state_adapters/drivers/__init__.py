@@ -51,13 +51,17 @@ class Driver(Protocol):
 class AsyncDriver(Driver, Protocol):
     """A driver of SQLAlchemy's asyncio engines."""
 
-    async def fetch(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
+    async def fetch(
+        self, dbapi_connection: Any, sql: str, arguments: Any, kept: dict[Any, Any]
+    ) -> Sequence[Any]:
         """Run ``sql`` (compiled for this driver) with ``arguments`` on the driver
         connection under ``dbapi_connection`` (SQLAlchemy's adapted DB-API connection),
         in its transaction -- begun first where SQLAlchemy begins lazily, so that the
         statement never runs outside the caller's transaction -- and return its rows.
         Errors are raised as SQLAlchemy's DB-API layer raises them (the dialect's
-        ``loaded_dbapi`` exceptions)."""
+        ``loaded_dbapi`` exceptions). ``kept``: the pool's ``info`` dictionary of that
+        DB-API connection, for what the driver reuses from one statement to the next
+        (discarded with the connection, when it is closed or invalidated)."""
         ...
 
 
@@ -135,7 +139,7 @@ async def run_on_driver(
         if sync.dispatch.before_cursor_execute:
             event = sync.dispatch.before_cursor_execute
             await greenlet_spawn(event, sync, None, sql, arguments, context, False)
-        rows = await driver.fetch(dbapi_connection, sql, arguments)
+        rows = await driver.fetch(dbapi_connection, sql, arguments, fairy.info)
         if sync.dispatch.after_cursor_execute:
             event = sync.dispatch.after_cursor_execute
             await greenlet_spawn(event, sync, None, sql, arguments, context, False)

@@ -43,7 +43,9 @@ class Asyncpg:
         message = str(getattr(error, "orig", error))
         return "cannot switch to state" in message and "another operation" in message
 
-    async def fetch(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
+    async def fetch(
+        self, dbapi_connection: Any, sql: str, arguments: Any, kept: dict[Any, Any]
+    ) -> Sequence[Any]:
         async with dbapi_connection._execute_mutex:
             if dbapi_connection._transaction is None:
                 await dbapi_connection._start_transaction()  # nothing in autocommit

@@ -8,6 +8,8 @@ from typing import Any
 from psycopg.pq import ExecStatus
 
 _TUPLES_OK = ExecStatus.TUPLES_OK
+_CURSORS = "queuert_notify.psycopg_cursors"
+"""The key of a connection's kept cursors (by statement) in its pool ``info``."""
 
 
 class Psycopg:
@@ -32,8 +34,20 @@ class Psycopg:
     def leaves_connection_broken(self, error: BaseException) -> bool:
         return False  # the dialect's is_disconnect knows every way it breaks
 
-    async def fetch(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
-        cursor = await dbapi_connection.driver_connection.execute(sql, arguments)
+    async def fetch(
+        self, dbapi_connection: Any, sql: str, arguments: Any, kept: dict[Any, Any]
+    ) -> Sequence[Any]:
+        # One cursor per statement and connection, kept with the connection: a cursor
+        # run again with the same query object keeps its adaptation state (the dumpers of
+        # the parameters, the loaders of every result column), which a new cursor looks
+        # up again on every statement (about a sixth of a claim's driver CPU).
+        cursors = kept.get(_CURSORS)
+        if cursors is None:
+            cursors = kept[_CURSORS] = {}
+        cursor = cursors.get(sql)
+        if cursor is None or cursor.closed:
+            cursor = cursors[sql] = dbapi_connection.driver_connection.cursor()
+        await cursor.execute(sql, arguments)
         if not _has_rows(cursor):
             return ()
         rows: Sequence[Any] = await cursor.fetchall()

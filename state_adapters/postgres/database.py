@@ -236,9 +236,10 @@ class Postgres:
         done: dict[str, Any] = {}
         finalized: list[tuple[str, bool]] = []
         for row in rows:
-            # The job's columns, then the chain it made final and whether jobs wait on it.
+            # The job (whole with records, else its id and type), then the chain it made
+            # final and whether jobs wait on it.
             done[row[0]] = JobRecord(*row[:_JOB_WIDTH]) if records else row
-            chain_id, has_dependents = row[_JOB_WIDTH : _JOB_WIDTH + 2]
+            chain_id, has_dependents = row.finalized_id, row.has_dependents
             if chain_id is not None:
                 finalized.append((chain_id, bool(has_dependents)))
         return Completed(done, finalized)

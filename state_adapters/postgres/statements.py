@@ -260,8 +260,8 @@ class PostgresStatements:
 
         ``next_jobs``: rows with ``previous_id``, created only if that job completed.
         Rows: every completed job (whole with ``records``; else only its ``id`` and
-        ``type_name``, the other columns null so the row has the same places), plus ``finalized_id``
-        and ``has_dependents`` for the chains it made final. A chain row that another
+        ``type_name``), then ``finalized_id`` and ``has_dependents`` for the chains it made
+        final. A chain row that another
         transaction holds is waited for and then read as committed, so
         ``has_dependents`` is current.
 
@@ -306,13 +306,10 @@ class PostgresStatements:
     @cached_property
     def _complete_ids(self) -> Any:
         done, continued, final = self._completion_ctes(records=False)
+        # Only what a completion without records reads: every further column is one more
+        # for the driver to parse and load in each row of every batch a worker writes.
         return (
-            select(
-                done.c.id,
-                done.c.type_name,
-                *(null() for _ in self.job_columns[2:]),
-                *self._finalization_columns(final),
-            )
+            select(done.c.id, done.c.type_name, *self._finalization_columns(final))
             .select_from(done.outerjoin(final, final.c.id == done.c.chain_id))
             .add_cte(continued)
         )

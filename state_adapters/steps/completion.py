@@ -37,8 +37,8 @@ class Completed(NamedTuple):
     """What a database's completion wrote."""
 
     done: dict[str, Any]
-    """Per completed job id: its ``JobRecord`` (or, without records, a row with its
-    ``chain_id`` and ``chain_index``)."""
+    """Per completed job id: its ``JobRecord`` (or, without records, a row with at
+    least its ``id`` and ``type_name``)."""
     finalized: list[tuple[str, bool]]
     """The chains made final, and whether jobs wait on each."""
 

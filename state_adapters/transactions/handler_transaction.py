@@ -40,6 +40,11 @@ class HandlerTransaction:
             self._session = self._sessions()
         return self._session
 
+    @property
+    def opened(self) -> bool:
+        """Whether the handler used :attr:`session` (only then is there one to close)."""
+        return self._session is not None
+
     def holds_work(self) -> bool:
         """Whether the handler began a transaction in the session or left objects in
         it to flush: then its completion must commit in that transaction, alone."""

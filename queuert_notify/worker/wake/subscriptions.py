@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
+from typing import TYPE_CHECKING
 
 from queuert_notify.errors import NotifyAdapterClosedError
 from queuert_notify.notify.protocol import NotifyAdapter, Unsubscribe
 from queuert_notify.worker.wake.bounds import CALL_LIMIT, SUBSCRIBE_LIMIT, CallGate
 from state_adapters.backoff import Backoff
 from state_adapters.outage_log import OutageLog
+
+if TYPE_CHECKING:
+    from queuert_notify.jobs import Job
 
 logger = logging.getLogger(__name__)
 
@@ -154,36 +158,54 @@ class WakeSubscriptions:
         """Keep trying :meth:`open` in the background until it succeeds."""
         self._retrying = asyncio.create_task(self._open_when_reachable())
 
+    def watch_ownership_loss(self, job_id: str, callback: Callable[[], None]) -> bool:
+        """Enter ``job_id`` in the table the worker's one listener for every job's loss
+        reads (no adapter call, nothing to await); False when there is no such listener,
+        and the run listens on its own (:meth:`listen_for_ownership_loss`)."""
+        if not self._every_job:
+            return False
+        self._watched.setdefault(job_id, []).append(callback)
+        return True
+
     async def listen_for_ownership_loss(
-        self, job_id: str, callback: Callable[[], None], log_extra: Mapping[str, object]
+        self, job: Job, callback: Callable[[], None]
     ) -> Unsubscribe | None:
-        """Call ``callback`` when another party takes ``job_id``, until
+        """Call ``callback`` when another party takes ``job``, until
         :meth:`stop_listening_for_ownership_loss` with what this returned: the run's own
         unsubscribe, or ``None`` (heard by the worker's one listener for every job, or
         not listening because the adapter is unreachable or refused)."""
-        if self._every_job:
-            self._watched.setdefault(job_id, []).append(callback)
+        if self.watch_ownership_loss(job.id, callback):
             return None
         if not self.listening or not self._owls_gate.open:
             return None
         try:
             async with asyncio.timeout(self._owls_gate.limit):
-                return await self._notify.listen_job_ownership_lost(job_id, callback)
+                return await self._notify.listen_job_ownership_lost(job.id, callback)
         except Exception:
             self._owls_gate.failed()
-            self._owls_outage.failed("relying on lease renewal", **log_extra)
+            self._owls_outage.failed(
+                "relying on lease renewal",
+                job_id=job.id,
+                type_name=job.type_name,
+                attempt=job.attempt,
+                worker_id=self._worker_id,
+            )
             return None
+
+    def forget_ownership_loss(self, job_id: str, callback: Callable[[], None]) -> None:
+        """Undo :meth:`watch_ownership_loss` (nothing when it was not entered)."""
+        callbacks = self._watched.get(job_id)
+        if callbacks is not None and callback in callbacks:
+            callbacks.remove(callback)
+            if not callbacks:
+                del self._watched[job_id]
 
     async def stop_listening_for_ownership_loss(
         self, job_id: str, callback: Callable[[], None], unsubscribe: Unsubscribe | None
     ) -> None:
         """Undo :meth:`listen_for_ownership_loss` (which returned ``unsubscribe``); never
         raises, and waits for the adapter at most one bounded call."""
-        callbacks = self._watched.get(job_id)
-        if callbacks is not None and callback in callbacks:
-            callbacks.remove(callback)
-            if not callbacks:
-                del self._watched[job_id]
+        self.forget_ownership_loss(job_id, callback)
         if unsubscribe is not None:
             with suppress(Exception):
                 async with asyncio.timeout(CALL_LIMIT):

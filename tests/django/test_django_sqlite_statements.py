@@ -24,6 +24,7 @@ _TIMES = [
     datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=-3))),
     datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC),  # no microseconds: still written
     datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+    datetime(2031, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(0), "Z")),  # UTC, not UTC's object
 ]
 
 

@@ -23,8 +23,16 @@ from typing import Any, Protocol, cast
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.types import TypeEngine
 
 _Processor = Callable[[Any], Any]
+BindProcessor = Callable[[TypeEngine[Any], Dialect], _Processor | None]
+"""A bound value's processor for a parameter's type on a dialect (``None``: none)."""
+
+
+def sqlalchemy_bind_processor(type_: TypeEngine[Any], dialect: Dialect) -> _Processor | None:
+    """The processor SQLAlchemy binds a value of ``type_`` with on ``dialect``."""
+    return type_.dialect_impl(dialect).bind_processor(dialect)
 
 
 class DriverSqlResult(Protocol):
@@ -53,13 +61,18 @@ class CompiledStatement:
     ``conn.execute(statement)`` would, as named tuples.
 
     Invariants: the SQL is compiled once; every bound value, given or constant,
-    goes through its type's bind processor and every returned column through its
-    type's result processor, as SQLAlchemy itself does; the statement has no
+    goes through its type's bind processor (or one equal to it, see
+    :class:`CompiledStatements`) and every returned column through its type's result
+    processor, as SQLAlchemy itself does; the statement has no
     expanding (``IN``-list) parameters, whose SQL would depend on the values.
     """
 
     def __init__(
-        self, statement: ClauseElement, dialect: Dialect, run: RunSql | None = None
+        self,
+        statement: ClauseElement,
+        dialect: Dialect,
+        run: RunSql | None = None,
+        bind_processor: BindProcessor = sqlalchemy_bind_processor,
     ) -> None:
         self._run = run
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
@@ -71,7 +84,7 @@ class CompiledStatement:
         )
         self._bind: dict[str, _Processor] = {}
         for parameter, name in compiled.bind_names.items():
-            processor = parameter.type.dialect_impl(dialect).bind_processor(dialect)
+            processor = bind_processor(parameter.type, dialect)
             if processor is not None:
                 self._bind[name] = processor
         self._constants: dict[str, Any] = dict.fromkeys(compiled.params)
@@ -134,11 +147,18 @@ class CompiledStatements:
 
     Only for statements built once (of fixed shape): each statement object given is
     kept for the cache's lifetime. ``run``: how their SQL is sent (see
-    :meth:`CompiledStatement.rows`)."""
+    :meth:`CompiledStatement.rows`); ``bind_processor``: the processor of a parameter's
+    type (SQLAlchemy's unless given: one equal to it, that costs less)."""
 
-    def __init__(self, dialect: Dialect, run: RunSql | None = None) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        run: RunSql | None = None,
+        bind_processor: BindProcessor = sqlalchemy_bind_processor,
+    ) -> None:
         self._dialect = dialect
         self._run = run
+        self._bind_processor = bind_processor
         self._compiled: dict[Executable, CompiledStatement] = {}
 
     def __call__(self, statement: Executable) -> CompiledStatement:
@@ -146,6 +166,6 @@ class CompiledStatements:
         if compiled is None:
             clause = cast(ClauseElement, statement)
             compiled = self._compiled[statement] = CompiledStatement(
-                clause, self._dialect, self._run
+                clause, self._dialect, self._run, self._bind_processor
             )
         return compiled

@@ -1,6 +1,7 @@
-"""The queue's statements on Django's SQLite connection: their arguments made without
-SQLAlchemy's bind processors (``SqliteStatement``) are the ones SQLAlchemy's make, and
-the driver's cursor under Django's still answers to what watches Django's queries."""
+"""The queue's statements on Django's SQLite and psycopg2 connections: their arguments,
+bound without SQLAlchemy's processors for the queue's times and documents, are the ones
+SQLAlchemy's make, and on SQLite the driver's cursor under Django's still answers to
+what watches Django's queries."""
 
 from __future__ import annotations
 
@@ -57,35 +58,56 @@ def _first_job_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def test_arguments_and_text_are_sqlalchemy_s_and_django_s_for_an_enqueue_s_statements() -> None:
+def _enqueue_statements(psycopg2: bool) -> tuple[Any, list[tuple[Any, dict[str, Any]]]]:
+    """The queue tables of SQLite or psycopg2, and an enqueue's statements with their
+    parameters for each of :func:`_first_job_rows`."""
+    from queuert_notify.contrib.django.statements import queue_tables
+
+    vendor = "postgresql" if psycopg2 else "sqlite"
+    tables = queue_tables(vendor, table_prefix="queuert_", psycopg2=psycopg2)
+    database: Any = tables.state.database
+    statements = []
+    for row in _first_job_rows():
+        if psycopg2:
+            query = database._own.insert_first_job(row)
+            statements.append((query.statement, query.params))
+        else:
+            statement, chains = database.sql.insert_chains([row])
+            statements += [(statement, chains[0]), (database._insert_new_jobs, row)]
+    return tables, statements
+
+
+@pytest.mark.parametrize("psycopg2", [False, True], ids=["sqlite", "psycopg2"])
+def test_an_enqueue_s_arguments_are_the_ones_sqlalchemy_s_processors_make(psycopg2: bool) -> None:
+    from state_adapters.statements.compiled import CompiledStatement
+
+    tables, statements = _enqueue_statements(psycopg2)
+    for statement, params in statements:
+        ours = tables.compiled(statement).arguments(params)
+        sqlalchemy_s = CompiledStatement(statement, tables.dialect).arguments(params)
+        # repr: a time's zone too (equal times in two zones compare equal).
+        assert repr(ours) == repr(sqlalchemy_s)
+
+
+def test_the_driver_s_text_is_the_one_django_s_sqlite_cursor_sends() -> None:
     from django.db.backends.sqlite3.base import SQLiteCursorWrapper
 
-    from queuert_notify.contrib.django.statements import SqliteStatement, queue_tables
-
-    tables = queue_tables("sqlite", table_prefix="queuert_")
-    database: Any = tables.state.database
-    for row in _first_job_rows():
-        statement, chains = database.sql.insert_chains([row])
-        for query, params in ((statement, chains[0]), (database._insert_new_jobs, row)):
-            compiled = tables.compiled(query)
-            ours = SqliteStatement(query, tables.dialect)
-            assert ours.arguments(params) == compiled.arguments(params)
-            converted = SQLiteCursorWrapper.convert_query(None, compiled.sql)  # type: ignore[arg-type]
-            assert ours.qmark_sql == converted
+    tables, statements = _enqueue_statements(psycopg2=False)
+    for statement, _ in statements:
+        sql = tables.compiled(statement).sql
+        assert tables.qmark(sql) == SQLiteCursorWrapper.convert_query(None, sql)  # type: ignore[arg-type]
 
 
-def test_a_naive_time_is_refused_as_sqlalchemy_s_type_refuses_it() -> None:
-    from queuert_notify.contrib.django.statements import SqliteStatement, queue_tables
+@pytest.mark.parametrize("psycopg2", [False, True], ids=["sqlite", "psycopg2"])
+def test_a_naive_time_is_refused_as_sqlalchemy_s_type_refuses_it(psycopg2: bool) -> None:
+    from state_adapters.statements.compiled import CompiledStatement
 
-    tables = queue_tables("sqlite", table_prefix="queuert_")
-    database: Any = tables.state.database
-    row = _first_job_rows()[0]
-    statement, chains = database.sql.insert_chains([row])
-    naive = {**chains[0], "created_at": datetime(2031, 5, 6)}
-    with pytest.raises(ValueError, match="naive datetime"):
-        SqliteStatement(statement, tables.dialect).arguments(naive)
-    with pytest.raises(ValueError, match="naive datetime"):
-        tables.compiled(statement).arguments(naive)
+    tables, statements = _enqueue_statements(psycopg2)
+    statement, params = statements[0]
+    naive = {**params, "created_at": datetime(2031, 5, 6)}
+    for compiled in (tables.compiled(statement), CompiledStatement(statement, tables.dialect)):
+        with pytest.raises(ValueError, match="naive datetime"):
+            compiled.arguments(naive)
 
 
 def test_an_enqueue_s_statements_reach_execute_wrappers_and_the_debug_log(

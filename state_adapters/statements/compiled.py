@@ -89,6 +89,12 @@ class CompiledStatement:
                 self._bind[name] = processor
         self._constants: dict[str, Any] = dict.fromkeys(compiled.params)
         self._constants = self._processed(compiled.params)
+        # Each placeholder's name, processor and constant, in the order of the driver's
+        # arguments: the one walk arguments() makes.
+        self._steps = [
+            (name, self._bind.get(name), self._constants[name])
+            for name in (self._order if self._order is not None else self._constants)
+        ]
         columns = list(getattr(statement, "exported_columns", None) or [])
         processors = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
         self._results = [(i, p) for i, p in enumerate(processors) if p is not None]
@@ -98,8 +104,17 @@ class CompiledStatement:
         """The driver's arguments for ``params``: a mapping, or a tuple in the order of
         the placeholders for a positional driver (the statement's other parameters
         keep the values compiled into it; names it does not have are ignored)."""
-        values = {**self._constants, **self._processed(params)}
-        return values if self._order is None else tuple(values[n] for n in self._order)
+        values = [
+            constant
+            if name not in params
+            else params[name]
+            if processor is None
+            else processor(params[name])
+            for name, processor, constant in self._steps
+        ]
+        if self._order is None:
+            return dict(zip(self._constants, values, strict=True))
+        return tuple(values)
 
     async def rows(self, conn: SendsDriverSql, params: Mapping[str, Any]) -> list[Any]:
         """Run the statement on ``conn`` with ``params`` (see :meth:`arguments`), through

@@ -7,9 +7,9 @@ call per value. Here a statement's text is split at its placeholders once (a
 ``str.format`` string per statement), and each run writes its values in, then hands
 the cursor the statement without parameters, still one statement:
 
-- text, times and JSON documents (as their text, as
-  :func:`queuert_notify.contrib.django.statements._text_for_psycopg` sends them to
-  psycopg) between single quotes; text holding a quote or a backslash is quoted by
+- text, times and JSON documents (as their text, :attr:`Literals.as_text`, which
+  :func:`queuert_notify.contrib.django.statements._text_for_psycopg` sends to psycopg
+  too) between single quotes; text holding a quote or a backslash is quoted by
   libpq's ``PQescapeLiteral`` on the cursor's connection, as psycopg quotes it with
   ``PQescapeStringConn``;
 - integers, booleans and ``NULL`` as psycopg writes them (a negative number after a
@@ -66,7 +66,14 @@ class Literals:
 
         self._templates: dict[str, Template | None] = {}
         self._escaping = Escaping
-        self._documents = (Json, Jsonb)
+        self.as_text: dict[type, Callable[[Any], str]] = {
+            datetime: datetime.isoformat,
+            Json: _document_text,
+            Jsonb: _document_text,
+        }
+        """The text of a time or a JSON document, by its type: what psycopg is sent for
+        one, in a literal or as a value it binds (a time's placeholder keeps its cast,
+        a document takes its column's type)."""
 
     def renderer(self, cursor: Any) -> Callable[[str, Mapping[str, Any]], str | None]:
         """For ``cursor`` (a client-side binding psycopg cursor): the statement's text
@@ -74,7 +81,7 @@ class Literals:
         pgconn = cursor.connection.pgconn
         escape = self._escaping(pgconn).escape_literal
         templates = self._templates
-        documents = self._documents
+        as_text = self.as_text
 
         def render(sql: str, arguments: Mapping[str, Any]) -> str | None:
             if pgconn.parameter_status(b"client_encoding") != b"UTF8":
@@ -102,14 +109,11 @@ class Literals:
                     # become the comment "1 --7".
                     literals.append(str(value) if value >= 0 else f" {value}")
                     continue
-                if kind is datetime:
-                    # Digits, "-", ":", ".", "+" and "T": nothing to escape.
-                    literals.append(f"'{value.isoformat()}'")
-                    continue
                 if kind is not str:
-                    if kind not in documents:
+                    text_of = as_text.get(kind)
+                    if text_of is None:
                         return None
-                    value = json.dumps(value.obj)
+                    value = text_of(value)
                 if "\x00" in value:
                     return None  # psycopg refuses it, as Postgres does
                 if "'" in value or "\\" in value:
@@ -121,3 +125,8 @@ class Literals:
             return text.format(*literals)
 
         return render
+
+
+def _document_text(document: Any) -> str:
+    """A psycopg ``Json``/``Jsonb`` document's text."""
+    return json.dumps(document.obj)

@@ -298,19 +298,17 @@ def _text_for_psycopg() -> Callable[[Any], Sending]:
     """
     # Imported here: beside Django's psycopg2 backend psycopg 3 may be missing.
     from psycopg import ClientCursor
-    from psycopg.types.json import Json, Jsonb
 
-    documents = (Json, Jsonb)
     literals = Literals()
+    text_of = literals.as_text
 
     def as_text(arguments: Any) -> Any:
         # Changed in place: each is a new mapping, made by CompiledStatement.arguments.
         if isinstance(arguments, dict):
             for name, value in arguments.items():
-                if isinstance(value, datetime):
-                    arguments[name] = value.isoformat()
-                elif isinstance(value, documents):
-                    arguments[name] = json.dumps(value.obj)
+                convert = text_of.get(type(value))
+                if convert is not None:
+                    arguments[name] = convert(value)
         return arguments
 
     def sending(cursor: Any) -> Sending:

@@ -61,6 +61,49 @@ def test_values_written_into_the_text_read_back_as_psycopg_binds_them(
     assert written[8:] == ("100%", False)
 
 
+def test_values_written_into_the_text_read_back_as_psycopg2_binds_them(postgres_url: str) -> None:
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    from queuert_notify.contrib.django.literals import Literals
+
+    url = make_url(postgres_url)
+    at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=-3)))
+    document = {"a": ["naïve 'q' \\ \"x\" \u2603 %s %(name)s", -7, 1.5, None, True]}
+    values = {
+        "text": "plain",
+        "quoted": "it's a \\ backslash, %s and \u2603",
+        "count": 2**40,
+        "negative": -7,
+        "flag": True,
+        "none": None,
+        "at": at,
+        # psycopg2 gets a document as its text (SQLAlchemy's psycopg2 JSON type).
+        "document": json.dumps(document),
+    }
+    sql = _SQL.replace("%(at)s::TIMESTAMP WITH TIME ZONE", "%(at)s")
+    connection = psycopg2.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database
+    )
+    try:
+        cursor = connection.cursor()
+        render = Literals(psycopg2=True).renderer(cursor)
+        text = render(sql, values)
+        assert text is not None
+        cursor.execute(text)
+        written = cursor.fetchone()
+        cursor.execute(sql, values)
+        bound = cursor.fetchone()
+        for value in (Decimal("1.5"), 1.5, datetime(2031, 5, 6), "NUL \x00 inside", b"bytes"):
+            assert render("SELECT %(value)s", {"value": value}) is None
+    finally:
+        connection.close()
+    assert written == bound
+    expected = (values["text"], values["quoted"], 2**40, 8, True, None, at, document)
+    assert written[:8] == expected
+    assert written[8:] == ("100%", False)
+
+
 def test_values_it_does_not_write_are_left_to_psycopg(django_project: Project) -> None:
     from django.db import connections
 

@@ -13,11 +13,12 @@ backend (``%(name)s`` for both): psycopg 3 whenever it is installed (without the
 SQLAlchemy writes on its placeholders but for times', see :class:`_CastsOnTimesOnly`;
 on Django's client-side binding cursor the values are written into the text here, see
 :mod:`queuert_notify.contrib.django.literals`), else psycopg2, whose JSON SQLAlchemy
-binds as text. The state adapter that owns the statements never connects; on psycopg2
-it is built on asyncpg's dialect (psycopg 3 is not importable there, or Django would
-use it), so asyncpg must be installed. SQLite statements are compiled with ``%s``
-placeholders, which Django's SQLite cursor turns into ``?`` as it does for its own
-queries; see :class:`SqliteStatement` for what an enqueue sends there instead.
+binds as text (its values are written into the text too). The state adapter that
+owns the statements never connects; on psycopg2 it is built on asyncpg's dialect
+(psycopg 3 is not importable there, or Django would use it), so asyncpg must be
+installed. SQLite statements are compiled with ``%s`` placeholders, which Django's
+SQLite cursor turns into ``?`` as it does for its own queries (the queue's go to the
+driver's cursor with that conversion done once, see :meth:`CursorConnection.execute`).
 """
 
 from __future__ import annotations
@@ -88,7 +89,13 @@ class QueueTables:
             # driver connection under it) go to the Django cursor, compiled for its driver.
             cast(Postgres, self.state.database).compiled = self.compiled
         self.as_stored = _datetimes_as_stored if vendor == "sqlite" else _as_returned
-        self.sending = _text_for_psycopg() if dialect.driver == "psycopg" else _as_given_to
+        self.sending = (
+            _text_for_psycopg()
+            if dialect.driver == "psycopg"
+            else _text_for_psycopg2()
+            if psycopg2
+            else _as_given_to
+        )
         self.qmark: Callable[[str], str] | None = _qmark if vendor == "sqlite" else None
         """SQLite: a statement's text with ``?`` placeholders, for the driver's cursor."""
 
@@ -274,7 +281,7 @@ def _as_given(arguments: Any) -> Any:
 
 Sending = tuple[Callable[[Any], Any], Callable[[str, Mapping[str, Any]], str | None] | None]
 """How a cursor gets a statement's arguments: as driver arguments, and (psycopg 3's
-client-side binding cursor) as the statement's text with them written in (see
+client-side binding cursor, psycopg2's) as the statement's text with them written in (see
 :mod:`queuert_notify.contrib.django.literals`; ``None`` from it: the driver binds)."""
 
 
@@ -315,6 +322,17 @@ def _text_for_psycopg() -> Callable[[Any], Sending]:
         if isinstance(cursor.cursor, ClientCursor):
             return as_text, literals.renderer(cursor.cursor)
         return _as_given, None
+
+    return sending
+
+
+def _text_for_psycopg2() -> Callable[[Any], Sending]:
+    """psycopg2: the statement with its values written in
+    (:class:`~queuert_notify.contrib.django.literals.Literals`), else psycopg2 binds them."""
+    literals = Literals(psycopg2=True)
+
+    def sending(cursor: Any) -> Sending:
+        return _as_given, literals.renderer(cursor.cursor)
 
     return sending
 

@@ -214,17 +214,19 @@ class CursorConnection(SyncConnection):
         if self._direct:
             assert self._tables.qmark is not None
             db = self._cursor.db
+            driver = self._cursor.cursor
             # What Django's CursorWrapper does around its driver's execute() (past its
             # SQLite cursor's conversion of the placeholders, done once in _qmark).
             db.validate_no_broken_transaction()
             with db.wrap_database_errors:
-                sqlite3.Cursor.execute(
-                    self._cursor.cursor, self._tables.qmark(compiled.sql), arguments
-                )
+                sqlite3.Cursor.execute(driver, self._tables.qmark(compiled.sql), arguments)
+                rows = driver.fetchall() if driver.description is not None else []
+            count = driver.rowcount
         else:
             self._run(compiled.sql, arguments)
-        rows = self._cursor.fetchall() if self._cursor.description is not None else []
-        return Rows(compiled.typed(self._tables.as_stored(rows)), self._cursor.rowcount)
+            rows = self._cursor.fetchall() if self._cursor.description is not None else []
+            count = self._cursor.rowcount
+        return Rows(compiled.typed(self._tables.as_stored(rows)) if rows else [], count)
 
     async def scalar(self, statement: Any, parameters: Any = None) -> Any:
         return (await self.execute(statement, parameters)).scalar()

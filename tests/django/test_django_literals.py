@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,25 @@ _SQL = (
     "%(text)s::text = %(quoted)s::text"
 )
 
+_AT = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=-3)))
+_DOCUMENT = {"a": ["naïve 'q' \\ \"x\" \u2603 %s %(name)s", -7, 1.5, None, True]}
+
+
+def _values(document: Any) -> dict[str, Any]:
+    """The values of :data:`_SQL`, ``document`` being :data:`_DOCUMENT` as the driver
+    is given it."""
+    return {
+        "text": "plain",
+        "quoted": "it's a \\ backslash, %s and \u2603",
+        "count": 2**40,
+        # "1 -%(negative)s" written "1 --7" would end the statement at a comment.
+        "negative": -7,
+        "flag": True,
+        "none": None,
+        "at": _AT,
+        "document": document,
+    }
+
 
 def test_values_written_into_the_text_read_back_as_psycopg_binds_them(
     django_project: Project,
@@ -31,19 +51,7 @@ def test_values_written_into_the_text_read_back_as_psycopg_binds_them(
 
     from queuert_notify.contrib.django.literals import Literals
 
-    at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=-3)))
-    document = {"a": ["naïve 'q' \\ \"x\" \u2603 %s %(name)s", -7, 1.5, None, True]}
-    values = {
-        "text": "plain",
-        "quoted": "it's a \\ backslash, %s and \u2603",
-        "count": 2**40,
-        # "1 -%(negative)s" written "1 --7" would end the statement at a comment.
-        "negative": -7,
-        "flag": True,
-        "none": None,
-        "at": at,
-        "document": Jsonb(document),
-    }
+    values = _values(Jsonb(_DOCUMENT))
     with connections["default"].cursor() as cursor:
         assert isinstance(cursor.cursor, ClientCursor)
         render = Literals().renderer(cursor.cursor)
@@ -55,8 +63,8 @@ def test_values_written_into_the_text_read_back_as_psycopg_binds_them(
         bound = cursor.fetchone()
     assert written == bound
     # Django's cursor reads JSON as its text.
-    assert json.loads(written[7]) == document
-    expected = (values["text"], values["quoted"], 2**40, 8, True, None, at)
+    assert json.loads(written[7]) == _DOCUMENT
+    expected = (values["text"], values["quoted"], 2**40, 8, True, None, _AT)
     assert written[:7] == expected
     assert written[8:] == ("100%", False)
 
@@ -68,19 +76,8 @@ def test_values_written_into_the_text_read_back_as_psycopg2_binds_them(postgres_
     from queuert_notify.contrib.django.literals import Literals
 
     url = make_url(postgres_url)
-    at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=-3)))
-    document = {"a": ["naïve 'q' \\ \"x\" \u2603 %s %(name)s", -7, 1.5, None, True]}
-    values = {
-        "text": "plain",
-        "quoted": "it's a \\ backslash, %s and \u2603",
-        "count": 2**40,
-        "negative": -7,
-        "flag": True,
-        "none": None,
-        "at": at,
-        # psycopg2 gets a document as its text (SQLAlchemy's psycopg2 JSON type).
-        "document": json.dumps(document),
-    }
+    # psycopg2 gets a document as its text (SQLAlchemy's psycopg2 JSON type).
+    values = _values(json.dumps(_DOCUMENT))
     sql = _SQL.replace("%(at)s::TIMESTAMP WITH TIME ZONE", "%(at)s")
     connection = psycopg2.connect(
         host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database
@@ -99,7 +96,7 @@ def test_values_written_into_the_text_read_back_as_psycopg2_binds_them(postgres_
     finally:
         connection.close()
     assert written == bound
-    expected = (values["text"], values["quoted"], 2**40, 8, True, None, at, document)
+    expected = (values["text"], values["quoted"], 2**40, 8, True, None, _AT, _DOCUMENT)
     assert written[:8] == expected
     assert written[8:] == ("100%", False)
 

@@ -70,6 +70,7 @@ class Literals:
         one, in a literal or as a value it binds (a time's placeholder keeps its cast,
         a document takes its column's type). psycopg2 gets documents as text already,
         and a time's literal with the cast psycopg2 writes (``::timestamptz``)."""
+        self._quoting = _psycopg2_quoting() if psycopg2 else _psycopg_quoting()
         if not psycopg2:
             # Imported here: beside Django's psycopg2 backend psycopg 3 may be missing.
             from psycopg.types.json import Json, Jsonb
@@ -80,7 +81,7 @@ class Literals:
         """For ``cursor`` (a client-side binding psycopg cursor, or a psycopg2 cursor):
         the statement's text with the arguments written in, or ``None`` when the driver
         should bind them."""
-        utf8, escape = _psycopg2_quoting(cursor) if self._psycopg2 else _psycopg_quoting(cursor)
+        utf8, escape = self._quoting(cursor)
         time_cast = "::timestamptz" if self._psycopg2 else ""
         templates = self._templates
         as_text = self.as_text
@@ -141,38 +142,44 @@ def _document_text(document: Any) -> str:
 
 
 Quoting = tuple[Callable[[], bool], Callable[[str], str]]
-"""Whether a connection's client encoding is UTF8 now, and how it quotes text that
-holds a quote or a backslash."""
+"""Whether a cursor's connection's client encoding is UTF8 now, and how it quotes text
+that holds a quote or a backslash."""
 
 
-def _psycopg_quoting(cursor: Any) -> Quoting:
+def _psycopg_quoting() -> Callable[[Any], Quoting]:
     """psycopg 3: libpq's ``PQescapeLiteral``, as psycopg quotes with ``PQescapeStringConn``."""
     from psycopg.pq import Escaping
 
-    pgconn = cursor.connection.pgconn
-    escape_literal = Escaping(pgconn).escape_literal
+    def quoting(cursor: Any) -> Quoting:
+        pgconn = cursor.connection.pgconn
+        escape_literal = Escaping(pgconn).escape_literal
 
-    def utf8() -> bool:
-        return bool(pgconn.parameter_status(b"client_encoding") == b"UTF8")
+        def utf8() -> bool:
+            return bool(pgconn.parameter_status(b"client_encoding") == b"UTF8")
 
-    def escape(value: str) -> str:
-        return bytes(escape_literal(value.encode())).decode()
+        def escape(value: str) -> str:
+            return bytes(escape_literal(value.encode())).decode()
 
-    return utf8, escape
+        return utf8, escape
+
+    return quoting
 
 
-def _psycopg2_quoting(cursor: Any) -> Quoting:
+def _psycopg2_quoting() -> Callable[[Any], Quoting]:
     """psycopg2: its own quoting of text (``QuotedString``, as it quotes a value it binds)."""
     from psycopg2.extensions import QuotedString
 
-    connection = cursor.connection
+    def quoting(cursor: Any) -> Quoting:
+        connection = cursor.connection
 
-    def utf8() -> bool:
-        return bool(connection.encoding == "UTF8")
+        def utf8() -> bool:
+            return bool(connection.encoding == "UTF8")
 
-    def escape(value: str) -> str:
-        quoted = QuotedString(value)
-        quoted.prepare(connection)
-        return bytes(quoted.getquoted()).decode()
+        def escape(value: str) -> str:
+            quoted = QuotedString(value)
+            quoted.prepare(connection)
+            return bytes(quoted.getquoted()).decode()
 
-    return utf8, escape
+        return utf8, escape
+
+    return quoting

@@ -87,12 +87,16 @@ class CompiledStatement:
             processor = bind_processor(parameter.type, dialect)
             if processor is not None:
                 self._bind[name] = processor
-        self._constants: dict[str, Any] = dict.fromkeys(compiled.params)
-        self._constants = self._processed(compiled.params)
+        bind = self._bind
+        self._constants: dict[str, Any] = {
+            name: bind[name](value) if name in bind else value
+            for name, value in compiled.params.items()
+        }
         # Each placeholder's name, processor and constant, in the order of the driver's
-        # arguments: the one walk arguments() makes.
+        # arguments: arguments() walks the statement's names once, however wide the
+        # row it is given (a first job's insert takes 12 of its 22 columns).
         self._steps = [
-            (name, self._bind.get(name), self._constants[name])
+            (name, bind.get(name), self._constants[name])
             for name in (self._order if self._order is not None else self._constants)
         ]
         columns = list(getattr(statement, "exported_columns", None) or [])
@@ -138,23 +142,6 @@ class CompiledStatement:
                 values[index] = processor(values[index])
             typed.append(make(values))
         return typed
-
-    def _processed(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The values of the statement's parameters among ``params``, processed."""
-        bind, constants = self._bind, self._constants
-        if len(params) > len(constants):
-            # A row with more columns than the statement writes (a first job's insert
-            # takes 12 of the 22): the statement's names are the shorter walk.
-            return {
-                name: bind[name](params[name]) if name in bind else params[name]
-                for name in constants
-                if name in params
-            }
-        return {
-            name: bind[name](value) if name in bind else value
-            for name, value in params.items()
-            if name in constants
-        }
 
 
 class CompiledStatements:

@@ -187,9 +187,9 @@ class CursorConnection(SyncConnection):
         self._cursor = cursor
         self._tables = tables
         self._as_sent, self._render = tables.sending(cursor)
-        # SQLite: past Django's cursor wrapper (see SqliteStatement) unless something
-        # watches the connection's queries: an execute_wrapper(), or the debug cursor
-        # (settings.DEBUG) that logs them to connection.queries.
+        # SQLite: the statements go past Django's cursor wrapper (see execute()) unless
+        # something watches the connection's queries: an execute_wrapper(), or the debug
+        # cursor (DEBUG, CaptureQueriesContext) that logs them to connection.queries.
         self._direct = (
             tables.qmark is not None
             and type(cursor) is CursorWrapper
@@ -363,7 +363,8 @@ def _own_types(vendor: str) -> BindProcessor:
     binds them, without its processors' layers: a time as SQLite stores it (naive UTC
     text, microseconds always written) or, for psycopg2, in UTC; a document as its
     ``json.dumps`` text. Any other type as SQLAlchemy binds it (text and integers
-    untouched). An enqueue's arguments on SQLite: a third of the time of SQLAlchemy's."""
+    untouched). The arguments of an enqueue's two SQLite statements: 8 µs against 14
+    with SQLAlchemy's processors (timed alone, 20,000 runs)."""
     time = _stored_time if vendor == "sqlite" else _utc_time
 
     def bind_processor(type_: TypeEngine[Any], dialect: Dialect) -> Callable[[Any], Any] | None:

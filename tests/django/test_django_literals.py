@@ -42,6 +42,17 @@ def _values(document: Any) -> dict[str, Any]:
     }
 
 
+def _written_and_bound(render: Any, cursor: Any, sql: str, values: dict[str, Any]) -> Any:
+    """The row of ``sql`` with ``values`` written into its text by ``render``, and the
+    row of the driver's own binding of them."""
+    text = render(sql, values)
+    assert text is not None
+    cursor.execute(text)
+    written = cursor.fetchone()
+    cursor.execute(sql, values)
+    return written, cursor.fetchone()
+
+
 def test_values_written_into_the_text_read_back_as_psycopg_binds_them(
     django_project: Project,
 ) -> None:
@@ -54,13 +65,9 @@ def test_values_written_into_the_text_read_back_as_psycopg_binds_them(
     values = _values(Jsonb(_DOCUMENT))
     with connections["default"].cursor() as cursor:
         assert isinstance(cursor.cursor, ClientCursor)
-        render = Literals().renderer(cursor.cursor)
-        text = render(_SQL, values)
-        assert text is not None
-        cursor.execute(text)
-        written = cursor.fetchone()
-        cursor.execute(_SQL, values)
-        bound = cursor.fetchone()
+        written, bound = _written_and_bound(
+            Literals().renderer(cursor.cursor), cursor, _SQL, values
+        )
     assert written == bound
     # Django's cursor reads JSON as its text.
     assert json.loads(written[7]) == _DOCUMENT
@@ -85,12 +92,7 @@ def test_values_written_into_the_text_read_back_as_psycopg2_binds_them(postgres_
     try:
         cursor = connection.cursor()
         render = Literals(psycopg2=True).renderer(cursor)
-        text = render(sql, values)
-        assert text is not None
-        cursor.execute(text)
-        written = cursor.fetchone()
-        cursor.execute(sql, values)
-        bound = cursor.fetchone()
+        written, bound = _written_and_bound(render, cursor, sql, values)
         for value in (Decimal("1.5"), 1.5, datetime(2031, 5, 6), "NUL \x00 inside", b"bytes"):
             assert render("SELECT %(value)s", {"value": value}) is None
     finally:

@@ -10,6 +10,9 @@ next transaction runs, so it lands in whichever measure runs then. A Postgres da
 of the run's own (dropped afterwards) and a SQLite file (WAL, ``BEGIN IMMEDIATE``).
 One Postgres row starts the chain with the statement of a batch (a JSON document)
 instead of the one-chain ``INSERT ... VALUES``: what the one-chain statement saves.
+The psycopg2 row runs Django's Postgres backend on psycopg2, as Django does where
+psycopg 3 is not installed: in a process of its own (``benchmarks/django_side.py``)
+that cannot import psycopg 3.
 
 With ``--baseline DIR`` (a checkout of another commit) every round runs in two
 processes, one per checkout (``benchmarks/django_side.py``), on the same database, the
@@ -28,22 +31,35 @@ import sys
 import tempfile
 import time
 import uuid
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.engine import make_url
 
 from benchmarks import runner, services
 
 _ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Row(NamedTuple):
+    alias: str
+    """The Django database alias."""
+    label: str
+    batch_statement: bool
+    """Whether the one chain is started with the batch statement."""
+    psycopg2: bool = False
+    """Whether Django's Postgres backend runs on psycopg2 (in a process of its own)."""
+
+
 _DATABASES = {
-    "postgres": ("default", "Postgres (psycopg 3)", False),
-    "batch": ("default", "Postgres (psycopg 3), the batch statement", True),
-    "prepared": ("prepared", "Postgres, prepared statements", False),
-    "sqlite": ("lite", "SQLite", False),
+    "postgres": _Row("default", "Postgres (psycopg 3)", False),
+    "psycopg2": _Row("default", "Postgres (psycopg2)", False, psycopg2=True),
+    "batch": _Row("default", "Postgres (psycopg 3), the batch statement", True),
+    "prepared": _Row("prepared", "Postgres, prepared statements", False),
+    "sqlite": _Row("lite", "SQLite", False),
 }
-"""``--databases`` choices: the Django database alias, the row's label, and whether the
-one chain is started with the batch statement."""
+"""``--databases`` choices."""
 
 NAME = "django-enqueue"
 HELP = "task.enqueue() inside atomic() next to Model.objects.create() in the same transaction"
@@ -205,19 +221,31 @@ async def run(args: argparse.Namespace) -> str:
     database = f"qbench_django_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
+    on_psycopg2 = any(_DATABASES[name].psycopg2 for name in chosen)
     sides: list[_Side] = []
     try:
+        # One after the other, psycopg 3's first: the first migrates the database the
+        # others find ready (the queue's migrations need psycopg 3).
         if args.baseline is None:
             _setup(args, database, Path(tempfile.mkdtemp()))
-            variants = [
-                _variant(alias, label, args.transactions, batch_statement=batch)
-                for alias, label, batch in (_DATABASES[name] for name in chosen)
-            ]
+            if on_psycopg2:
+                sides.append(await _Side.start(_ROOT, "", database, args, psycopg2=True))
         else:
-            # One after the other: the first migrates the database the second finds ready.
-            for root, suffix in ((_ROOT, ""), (Path(args.baseline), " [baseline]")):
-                sides.append(await _Side.start(root, suffix, database, args))
-            variants = [side.variant(name, args.transactions) for name in chosen for side in sides]
+            for psycopg2 in (False, True)[: 1 + on_psycopg2]:
+                for root, suffix in ((_ROOT, ""), (Path(args.baseline), " [baseline]")):
+                    sides.append(await _Side.start(root, suffix, database, args, psycopg2))
+        variants = []
+        for name in chosen:
+            row = _DATABASES[name]
+            on_sides = [side for side in sides if side.psycopg2 == row.psycopg2]
+            if on_sides:
+                variants += [side.variant(name, args.transactions) for side in on_sides]
+            else:
+                variants.append(
+                    _variant(
+                        row.alias, row.label, args.transactions, batch_statement=row.batch_statement
+                    )
+                )
         results = await runner.alternate(variants, args.rounds)
     finally:
         for side in sides:
@@ -234,9 +262,9 @@ async def run(args: argparse.Namespace) -> str:
         "one enqueue() (order alternating), one thread, Redis wakeups on:",
         runner.table(results.all_medians(), first_column="database"),
     ]
-    if sides:
+    if args.baseline is not None:
         ratios = {
-            _DATABASES[name][1]: results.ratio(sides[0].label(name), sides[1].label(name))
+            (label := _DATABASES[name].label): results.ratio(label, f"{label} [baseline]")
             for name in chosen
         }
         sections += [
@@ -247,42 +275,54 @@ async def run(args: argparse.Namespace) -> str:
     return runner.report(
         "Django: enqueue inside atomic() next to Model.objects.create()",
         sections,
-        notes=[f"Django {_django_version()}", runner.machine_notes()],
+        notes=[
+            f"Django {_django_version()}"
+            + (f", psycopg2 {metadata.version('psycopg2-binary')}" if on_psycopg2 else ""),
+            runner.machine_notes(),
+        ],
     )
 
 
 class _Side:
     """A checkout's rounds, run by ``benchmarks/django_side.py`` in a process of its own."""
 
-    def __init__(self, root: Path, suffix: str, process: asyncio.subprocess.Process) -> None:
+    def __init__(
+        self, root: Path, suffix: str, psycopg2: bool, process: asyncio.subprocess.Process
+    ) -> None:
         self.root = root
         self.suffix = suffix
         """Of its rows' labels."""
+        self.psycopg2 = psycopg2
+        """Whether its Django runs Postgres on psycopg2 (psycopg 3 hidden from it)."""
         self._process = process
 
     @classmethod
-    async def start(cls, root: Path, suffix: str, database: str, args: argparse.Namespace) -> _Side:
+    async def start(
+        cls, root: Path, suffix: str, database: str, args: argparse.Namespace, psycopg2: bool
+    ) -> _Side:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             str(_ROOT / "benchmarks" / "django_side.py"),
             database,
             args.redis_url,
             args.postgres_url,
+            *(["psycopg2"] if psycopg2 else []),
             cwd=root,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
-        side = cls(root, suffix, process)
+        side = cls(root, suffix, psycopg2, process)
         if await side._reply() != "ready":
             raise SystemExit(f"django-enqueue: the side in {root} did not start")
         return side
 
-    def label(self, name: str) -> str:
-        return _DATABASES[name][1] + self.suffix
-
     def variant(self, name: str, transactions: int) -> runner.Variant:
-        alias, _, batch = _DATABASES[name]
-        request = {"alias": alias, "batch_statement": batch, "transactions": transactions}
+        row = _DATABASES[name]
+        request = {
+            "alias": row.alias,
+            "batch_statement": row.batch_statement,
+            "transactions": transactions,
+        }
 
         async def one_round() -> runner.Figures:
             assert self._process.stdin is not None
@@ -290,7 +330,7 @@ class _Side:
             figures: runner.Figures = json.loads(await self._reply())
             return figures
 
-        return runner.Variant(self.label(name), one_round)
+        return runner.Variant(_DATABASES[name].label + self.suffix, one_round)
 
     async def _reply(self) -> str:
         assert self._process.stdout is not None

@@ -2,8 +2,10 @@
 checkout as the working directory, so Django, the queue and the benchmark's own
 ``_setup`` and ``_variant`` are that checkout's (a baseline's too: it needs no copy of
 this file). Arguments: the Postgres database (made by the parent), the Redis and
-Postgres URLs. Prints ``ready``, then for each request line (JSON: ``alias``,
-``batch_statement``, ``transactions``) runs one round and prints its figures (JSON).
+Postgres URLs, and ``psycopg2`` to hide psycopg 3 from the process, so Django's Postgres
+backend runs on psycopg2 (as where psycopg 3 is not installed). Prints ``ready``, then
+for each request line (JSON: ``alias``, ``batch_statement``, ``transactions``) runs one
+round and prints its figures (JSON).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import sys
 
 # The checkout under test, not this file's folder, is where the packages come from.
 sys.path[0] = os.getcwd()
+if sys.argv[4:] == ["psycopg2"]:
+    sys.modules["psycopg"] = None  # type: ignore[assignment]
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402

@@ -567,6 +567,7 @@ def test_django_enqueue_reports_create_and_enqueue_per_database(
     report = _django_enqueue(redis_url, postgres_url)
     assert "| database | create() µs | enqueue() µs | enqueue / create |" in report
     assert "| Postgres (psycopg 3) |" in report
+    assert "| Postgres (psycopg2) |" in report
     assert "| SQLite |" in report
 
 
@@ -574,8 +575,11 @@ def test_django_enqueue_runs_a_baseline_checkout_beside_this_one(
     redis_url: str, postgres_url: str
 ) -> None:
     root = Path(__file__).resolve().parent.parent
-    report = _django_enqueue(redis_url, postgres_url, "--databases=postgres", f"--baseline={root}")
+    report = _django_enqueue(
+        redis_url, postgres_url, "--databases=postgres,psycopg2", f"--baseline={root}"
+    )
     assert "| Postgres (psycopg 3) [baseline] |" in report
+    assert "| Postgres (psycopg2) [baseline] |" in report
     assert f"This tree / the baseline ({root})" in report
     assert "| SQLite |" not in report
 

@@ -23,8 +23,16 @@ from typing import Any, Protocol, cast
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.types import TypeEngine
 
 _Processor = Callable[[Any], Any]
+BindProcessor = Callable[[TypeEngine[Any], Dialect], _Processor | None]
+"""A bound value's processor for a parameter's type on a dialect (``None``: none)."""
+
+
+def sqlalchemy_bind_processor(type_: TypeEngine[Any], dialect: Dialect) -> _Processor | None:
+    """The processor SQLAlchemy binds a value of ``type_`` with on ``dialect``."""
+    return type_.dialect_impl(dialect).bind_processor(dialect)
 
 
 class DriverSqlResult(Protocol):
@@ -53,13 +61,18 @@ class CompiledStatement:
     ``conn.execute(statement)`` would, as named tuples.
 
     Invariants: the SQL is compiled once; every bound value, given or constant,
-    goes through its type's bind processor and every returned column through its
-    type's result processor, as SQLAlchemy itself does; the statement has no
+    goes through its type's bind processor (or one equal to it, see
+    :class:`CompiledStatements`) and every returned column through its type's result
+    processor, as SQLAlchemy itself does; the statement has no
     expanding (``IN``-list) parameters, whose SQL would depend on the values.
     """
 
     def __init__(
-        self, statement: ClauseElement, dialect: Dialect, run: RunSql | None = None
+        self,
+        statement: ClauseElement,
+        dialect: Dialect,
+        run: RunSql | None = None,
+        bind_processor: BindProcessor = sqlalchemy_bind_processor,
     ) -> None:
         self._run = run
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
@@ -71,11 +84,21 @@ class CompiledStatement:
         )
         self._bind: dict[str, _Processor] = {}
         for parameter, name in compiled.bind_names.items():
-            processor = parameter.type.dialect_impl(dialect).bind_processor(dialect)
+            processor = bind_processor(parameter.type, dialect)
             if processor is not None:
                 self._bind[name] = processor
-        self._constants: dict[str, Any] = dict.fromkeys(compiled.params)
-        self._constants = self._processed(compiled.params)
+        bind = self._bind
+        self._constants: dict[str, Any] = {
+            name: bind[name](value) if name in bind else value
+            for name, value in compiled.params.items()
+        }
+        # Each placeholder's name, processor and constant, in the order of the driver's
+        # arguments: arguments() walks the statement's names once, however wide the
+        # row it is given (a first job's insert takes 12 of its 22 columns).
+        self._steps = [
+            (name, bind.get(name), self._constants[name])
+            for name in (self._order if self._order is not None else self._constants)
+        ]
         columns = list(getattr(statement, "exported_columns", None) or [])
         processors = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
         self._results = [(i, p) for i, p in enumerate(processors) if p is not None]
@@ -85,8 +108,17 @@ class CompiledStatement:
         """The driver's arguments for ``params``: a mapping, or a tuple in the order of
         the placeholders for a positional driver (the statement's other parameters
         keep the values compiled into it; names it does not have are ignored)."""
-        values = {**self._constants, **self._processed(params)}
-        return values if self._order is None else tuple(values[n] for n in self._order)
+        values = [
+            constant
+            if name not in params
+            else params[name]
+            if processor is None
+            else processor(params[name])
+            for name, processor, constant in self._steps
+        ]
+        if self._order is None:
+            return dict(zip(self._constants, values, strict=True))
+        return tuple(values)
 
     async def rows(self, conn: SendsDriverSql, params: Mapping[str, Any]) -> list[Any]:
         """Run the statement on ``conn`` with ``params`` (see :meth:`arguments`), through
@@ -111,34 +143,24 @@ class CompiledStatement:
             typed.append(make(values))
         return typed
 
-    def _processed(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The values of the statement's parameters among ``params``, processed."""
-        bind, constants = self._bind, self._constants
-        if len(params) > len(constants):
-            # A row with more columns than the statement writes (a first job's insert
-            # takes 12 of the 22): the statement's names are the shorter walk.
-            return {
-                name: bind[name](params[name]) if name in bind else params[name]
-                for name in constants
-                if name in params
-            }
-        return {
-            name: bind[name](value) if name in bind else value
-            for name, value in params.items()
-            if name in constants
-        }
-
 
 class CompiledStatements:
     """A cache of :class:`CompiledStatement` per statement object, for one dialect.
 
     Only for statements built once (of fixed shape): each statement object given is
     kept for the cache's lifetime. ``run``: how their SQL is sent (see
-    :meth:`CompiledStatement.rows`)."""
+    :meth:`CompiledStatement.rows`); ``bind_processor``: the processor of a parameter's
+    type (SQLAlchemy's unless given: one equal to it, that costs less)."""
 
-    def __init__(self, dialect: Dialect, run: RunSql | None = None) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        run: RunSql | None = None,
+        bind_processor: BindProcessor = sqlalchemy_bind_processor,
+    ) -> None:
         self._dialect = dialect
         self._run = run
+        self._bind_processor = bind_processor
         self._compiled: dict[Executable, CompiledStatement] = {}
 
     def __call__(self, statement: Executable) -> CompiledStatement:
@@ -146,6 +168,6 @@ class CompiledStatements:
         if compiled is None:
             clause = cast(ClauseElement, statement)
             compiled = self._compiled[statement] = CompiledStatement(
-                clause, self._dialect, self._run
+                clause, self._dialect, self._run, self._bind_processor
             )
         return compiled

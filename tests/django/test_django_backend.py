@@ -415,6 +415,13 @@ try:
 except RuntimeError:
     pass
 with transaction.atomic():
+    # Values written into the statement's text: quotes, backslashes, %, non-ASCII,
+    # negatives (rolled back: the worker below runs the kept one only).
+    tricky = ["it's \\ 100% %s \u2603", -7, {"%(x)s": [None, True, -1.5]}]
+    stored = count_run.get_result(count_run.enqueue(*tricky).id)
+    assert stored.args == tricky, stored.args
+    transaction.set_rollback(True)
+with transaction.atomic():
     result = count_run.enqueue("psycopg2-kept")
 assert count_run.get_result(result.id).args == ["psycopg2-kept"]
 print(result.id)

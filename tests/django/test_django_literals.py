@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,36 @@ _SQL = (
     "%(text)s::text = %(quoted)s::text"
 )
 
+_AT = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=-3)))
+_DOCUMENT = {"a": ["naïve 'q' \\ \"x\" \u2603 %s %(name)s", -7, 1.5, None, True]}
+
+
+def _values(document: Any) -> dict[str, Any]:
+    """The values of :data:`_SQL`, ``document`` being :data:`_DOCUMENT` as the driver
+    is given it."""
+    return {
+        "text": "plain",
+        "quoted": "it's a \\ backslash, %s and \u2603",
+        "count": 2**40,
+        # "1 -%(negative)s" written "1 --7" would end the statement at a comment.
+        "negative": -7,
+        "flag": True,
+        "none": None,
+        "at": _AT,
+        "document": document,
+    }
+
+
+def _written_and_bound(render: Any, cursor: Any, sql: str, values: dict[str, Any]) -> Any:
+    """The row of ``sql`` with ``values`` written into its text by ``render``, and the
+    row of the driver's own binding of them."""
+    text = render(sql, values)
+    assert text is not None
+    cursor.execute(text)
+    written = cursor.fetchone()
+    cursor.execute(sql, values)
+    return written, cursor.fetchone()
+
 
 def test_values_written_into_the_text_read_back_as_psycopg_binds_them(
     django_project: Project,
@@ -31,33 +62,44 @@ def test_values_written_into_the_text_read_back_as_psycopg_binds_them(
 
     from queuert_notify.contrib.django.literals import Literals
 
-    at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=-3)))
-    document = {"a": ["naïve 'q' \\ \"x\" \u2603 %s %(name)s", -7, 1.5, None, True]}
-    values = {
-        "text": "plain",
-        "quoted": "it's a \\ backslash, %s and \u2603",
-        "count": 2**40,
-        # "1 -%(negative)s" written "1 --7" would end the statement at a comment.
-        "negative": -7,
-        "flag": True,
-        "none": None,
-        "at": at,
-        "document": Jsonb(document),
-    }
+    values = _values(Jsonb(_DOCUMENT))
     with connections["default"].cursor() as cursor:
         assert isinstance(cursor.cursor, ClientCursor)
-        render = Literals().renderer(cursor.cursor)
-        text = render(_SQL, values)
-        assert text is not None
-        cursor.execute(text)
-        written = cursor.fetchone()
-        cursor.execute(_SQL, values)
-        bound = cursor.fetchone()
+        written, bound = _written_and_bound(
+            Literals().renderer(cursor.cursor), cursor, _SQL, values
+        )
     assert written == bound
     # Django's cursor reads JSON as its text.
-    assert json.loads(written[7]) == document
-    expected = (values["text"], values["quoted"], 2**40, 8, True, None, at)
+    assert json.loads(written[7]) == _DOCUMENT
+    expected = (values["text"], values["quoted"], 2**40, 8, True, None, _AT)
     assert written[:7] == expected
+    assert written[8:] == ("100%", False)
+
+
+def test_values_written_into_the_text_read_back_as_psycopg2_binds_them(postgres_url: str) -> None:
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    from queuert_notify.contrib.django.literals import Literals
+
+    url = make_url(postgres_url)
+    # psycopg2 gets a document as its text (SQLAlchemy's psycopg2 JSON type).
+    values = _values(json.dumps(_DOCUMENT))
+    sql = _SQL.replace("%(at)s::TIMESTAMP WITH TIME ZONE", "%(at)s")
+    connection = psycopg2.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database
+    )
+    try:
+        cursor = connection.cursor()
+        render = Literals(psycopg2=True).renderer(cursor)
+        written, bound = _written_and_bound(render, cursor, sql, values)
+        for value in (Decimal("1.5"), 1.5, datetime(2031, 5, 6), "NUL \x00 inside", b"bytes"):
+            assert render("SELECT %(value)s", {"value": value}) is None
+    finally:
+        connection.close()
+    assert written == bound
+    expected = (values["text"], values["quoted"], 2**40, 8, True, None, _AT, _DOCUMENT)
+    assert written[:8] == expected
     assert written[8:] == ("100%", False)
 
 

@@ -13,33 +13,43 @@ backend (``%(name)s`` for both): psycopg 3 whenever it is installed (without the
 SQLAlchemy writes on its placeholders but for times', see :class:`_CastsOnTimesOnly`;
 on Django's client-side binding cursor the values are written into the text here, see
 :mod:`queuert_notify.contrib.django.literals`), else psycopg2, whose JSON SQLAlchemy
-binds as text. The state adapter that owns the statements never connects; on psycopg2
-it is built on asyncpg's dialect (psycopg 3 is not importable there, or Django would
-use it), so asyncpg must be installed. SQLite statements are compiled with ``%s``
-placeholders, which Django's SQLite cursor turns into ``?`` as it
-does for its own queries.
+binds as text (its values are written into the text too). The state adapter that
+owns the statements never connects; on psycopg2 it is built on asyncpg's dialect
+(psycopg 3 is not importable there, or Django would use it), so asyncpg must be
+installed. SQLite statements are compiled with ``%s`` placeholders, which Django's
+SQLite cursor turns into ``?`` as it does for its own queries (the queue's go to the
+driver's cursor with that conversion done once, see :meth:`CursorConnection.execute`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
+from django.db.backends.utils import CursorWrapper
 from sqlalchemy import DateTime
 from sqlalchemy.dialects.postgresql.psycopg import PGCompiler_psycopg, PGDialect_psycopg
 from sqlalchemy.dialects.postgresql.psycopg2 import PGDialect_psycopg2
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.types import TypeEngine
 
 from queuert_notify.contrib.django.literals import Literals
 from queuert_notify.errors import ConfigurationError
 from state_adapters.postgres.database import Postgres
+from state_adapters.schema import JsonDocument, UtcDateTime
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
-from state_adapters.statements.compiled import CompiledStatements
+from state_adapters.statements.compiled import (
+    BindProcessor,
+    CompiledStatements,
+    sqlalchemy_bind_processor,
+)
 from state_adapters.sync.bridge import SyncConnection
 
 
@@ -69,13 +79,25 @@ class QueueTables:
         self.state = SqlAlchemyStateAdapter(twin, table_prefix=table_prefix)
         self.dialect = dialect
         self.psycopg2 = psycopg2
-        self.compiled = CompiledStatements(dialect)
+        own_types = vendor == "sqlite" or psycopg2
+        self.compiled = CompiledStatements(
+            dialect,
+            bind_processor=_own_types(vendor) if own_types else sqlalchemy_bind_processor,
+        )
         if vendor == "postgresql":
             # The statements the state layer sends as driver SQL (on an engine, to the
             # driver connection under it) go to the Django cursor, compiled for its driver.
             cast(Postgres, self.state.database).compiled = self.compiled
         self.as_stored = _datetimes_as_stored if vendor == "sqlite" else _as_returned
-        self.sending = _text_for_psycopg() if dialect.driver == "psycopg" else _as_given_to
+        self.sending = (
+            _text_for_psycopg()
+            if dialect.driver == "psycopg"
+            else _text_for_psycopg2()
+            if psycopg2
+            else _as_given_to
+        )
+        self.qmark: Callable[[str], str] | None = _qmark if vendor == "sqlite" else None
+        """SQLite: a statement's text with ``?`` placeholders, for the driver's cursor."""
 
     def on(self, cursor: Any) -> CursorConnection:
         """A connection for the state layer's writes on ``cursor`` (a Django cursor)."""
@@ -159,12 +181,20 @@ class CursorConnection(SyncConnection):
     """What the state layer awaits of a connection, done at once on a Django cursor
     (in its connection's transaction, which stays Django's)."""
 
-    __slots__ = ("_as_sent", "_cursor", "_render", "_tables")
+    __slots__ = ("_as_sent", "_cursor", "_direct", "_render", "_tables")
 
     def __init__(self, cursor: Any, tables: QueueTables) -> None:
         self._cursor = cursor
         self._tables = tables
         self._as_sent, self._render = tables.sending(cursor)
+        # SQLite: the statements go past Django's cursor wrapper (see execute()) unless
+        # something watches the connection's queries: an execute_wrapper(), or the debug
+        # cursor (DEBUG, CaptureQueriesContext) that logs them to connection.queries.
+        self._direct = (
+            tables.qmark is not None
+            and type(cursor) is CursorWrapper
+            and not cursor.db.execute_wrappers
+        )
 
     @property
     def dialect(self) -> Dialect:
@@ -180,9 +210,23 @@ class CursorConnection(SyncConnection):
             # A batch of one row (an enqueue's chain and job on SQLite): execute() costs
             # less than executemany(), which Django's SQLite cursor runs through a tee().
             parameters = parameters[0]
-        self._run(compiled.sql, compiled.arguments(parameters or {}))
-        rows = self._cursor.fetchall() if self._cursor.description is not None else []
-        return Rows(compiled.typed(self._tables.as_stored(rows)), self._cursor.rowcount)
+        arguments = compiled.arguments(parameters or {})
+        if self._direct:
+            assert self._tables.qmark is not None
+            db = self._cursor.db
+            driver = self._cursor.cursor
+            # What Django's CursorWrapper does around its driver's execute() (past its
+            # SQLite cursor's conversion of the placeholders, done once in _qmark).
+            db.validate_no_broken_transaction()
+            with db.wrap_database_errors:
+                sqlite3.Cursor.execute(driver, self._tables.qmark(compiled.sql), arguments)
+                rows = driver.fetchall() if driver.description is not None else []
+            count = driver.rowcount
+        else:
+            self._run(compiled.sql, arguments)
+            rows = self._cursor.fetchall() if self._cursor.description is not None else []
+            count = self._cursor.rowcount
+        return Rows(compiled.typed(self._tables.as_stored(rows)) if rows else [], count)
 
     async def scalar(self, statement: Any, parameters: Any = None) -> Any:
         return (await self.execute(statement, parameters)).scalar()
@@ -239,7 +283,7 @@ def _as_given(arguments: Any) -> Any:
 
 Sending = tuple[Callable[[Any], Any], Callable[[str, Mapping[str, Any]], str | None] | None]
 """How a cursor gets a statement's arguments: as driver arguments, and (psycopg 3's
-client-side binding cursor) as the statement's text with them written in (see
+client-side binding cursor, psycopg2's) as the statement's text with them written in (see
 :mod:`queuert_notify.contrib.django.literals`; ``None`` from it: the driver binds)."""
 
 
@@ -263,25 +307,34 @@ def _text_for_psycopg() -> Callable[[Any], Sending]:
     """
     # Imported here: beside Django's psycopg2 backend psycopg 3 may be missing.
     from psycopg import ClientCursor
-    from psycopg.types.json import Json, Jsonb
 
-    documents = (Json, Jsonb)
     literals = Literals()
+    text_of = literals.as_text
 
     def as_text(arguments: Any) -> Any:
         # Changed in place: each is a new mapping, made by CompiledStatement.arguments.
         if isinstance(arguments, dict):
             for name, value in arguments.items():
-                if isinstance(value, datetime):
-                    arguments[name] = value.isoformat()
-                elif isinstance(value, documents):
-                    arguments[name] = json.dumps(value.obj)
+                convert = text_of.get(type(value))
+                if convert is not None:
+                    arguments[name] = convert(value)
         return arguments
 
     def sending(cursor: Any) -> Sending:
         if isinstance(cursor.cursor, ClientCursor):
             return as_text, literals.renderer(cursor.cursor)
         return _as_given, None
+
+    return sending
+
+
+def _text_for_psycopg2() -> Callable[[Any], Sending]:
+    """psycopg2: the statement with its values written in
+    (:class:`~queuert_notify.contrib.django.literals.Literals`), else psycopg2 binds them."""
+    literals = Literals(psycopg2=True)
+
+    def sending(cursor: Any) -> Sending:
+        return _as_given, literals.renderer(cursor.cursor)
 
     return sending
 
@@ -293,3 +346,53 @@ def _datetimes_as_stored(rows: list[Any]) -> list[Any]:
         [value.isoformat(" ") if isinstance(value, datetime) else value for value in row]
         for row in rows
     ]
+
+
+@functools.cache
+def _qmark(sql: str) -> str:
+    """``sql`` (with ``%s`` placeholders) as Django's SQLite cursor sends it: its own
+    conversion, a regular expression it would run on every statement."""
+    from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
+
+    converted: str = FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%")
+    return converted
+
+
+def _own_types(vendor: str) -> BindProcessor:
+    """SQLite and psycopg2: the queue's times and JSON documents bound as SQLAlchemy
+    binds them, without its processors' layers: a time as SQLite stores it (naive UTC
+    text, microseconds always written) or, for psycopg2, in UTC; a document as its
+    ``json.dumps`` text. Any other type as SQLAlchemy binds it (text and integers
+    untouched). The arguments of an enqueue's two SQLite statements: 8 µs against 14
+    with SQLAlchemy's processors (timed alone, 20,000 runs)."""
+    time = _stored_time if vendor == "sqlite" else _utc_time
+
+    def bind_processor(type_: TypeEngine[Any], dialect: Dialect) -> Callable[[Any], Any] | None:
+        if isinstance(type_, UtcDateTime):
+            return time
+        if isinstance(type_, JsonDocument):
+            return json.dumps
+        return sqlalchemy_bind_processor(type_, dialect)
+
+    return bind_processor
+
+
+def _stored_time(value: datetime | None) -> str | None:
+    """A time as :class:`~state_adapters.schema.UtcDateTime` stores it on SQLite."""
+    if value is None:
+        return None
+    if value.tzinfo is not UTC:
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware instant")
+        value = value.astimezone(UTC)
+    # Without its "+00:00": a third of the time of replace(tzinfo=None) first.
+    return value.isoformat(" ", "microseconds")[:-6]
+
+
+def _utc_time(value: datetime | None) -> datetime | None:
+    """A time as :class:`~state_adapters.schema.UtcDateTime` binds it on Postgres."""
+    if value is None or value.tzinfo is UTC:
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value!r}: pass a timezone-aware instant")
+    return value.astimezone(UTC)

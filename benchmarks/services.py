@@ -44,7 +44,8 @@ def wait_for_port(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
+            if server is None or server.poll() is None:  # not another process's port
+                return
         if server is not None and server.poll() is not None:
             raise RuntimeError(f"the server for 127.0.0.1:{port} exited ({server.returncode})")
         time.sleep(0.02)

@@ -32,6 +32,8 @@ from queuert_notify.cli import main
 from queuert_notify.dashboard import create_app
 from queuert_notify.testing import run_until_idle
 from state_adapters import SqlAlchemyStateAdapter
+from state_adapters.drivers import async_driver_for, run_on_driver
+from state_adapters.drivers.psycopg import _CURSORS
 from state_adapters.notifications import NotificationBuffer
 from tests.conftest import with_driver
 from tests.support.queue_helpers import drop_tables
@@ -269,3 +271,26 @@ def test_a_psycopg2_engine_given_to_the_async_adapter_names_sync_client(
         )
     engine.dispose()
     assert tables == 0
+
+
+async def test_a_kept_psycopg_cursor_holds_no_rows_or_arguments_between_statements(
+    postgres_url: str,
+) -> None:
+    engine = create_async_engine(with_driver(postgres_url, "psycopg"))
+    big = "x" * 1_000_000
+    try:
+        async with engine.connect() as conn:
+            sql = "SELECT %(value)s::text FROM generate_series(1, 5)"
+            rows = await run_on_driver(async_driver_for("psycopg"), conn, sql, {"value": big})
+            kept = conn.sync_connection.connection.info[_CURSORS]  # type: ignore[union-attr]
+
+            assert [row[0] for row in rows] == [big] * 5
+            # Kept for the statement's next run, without the 5 MB it returned or the
+            # argument it sent (a claim's inputs, a completion's outputs).
+            assert list(kept) == [sql]
+            cursor = kept[sql]
+            assert (cursor.pgresult, cursor._tx.pgresult, cursor._query) == (None, None, None)
+            again = await run_on_driver(async_driver_for("psycopg"), conn, sql, {"value": "y"})
+            assert [row[0] for row in again] == ["y"] * 5 and kept[sql] is cursor
+    finally:
+        await engine.dispose()

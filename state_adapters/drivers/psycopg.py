@@ -20,7 +20,9 @@ class Psycopg:
     first statement by itself (unless it is in autocommit), exactly as under SQLAlchemy,
     whose ``begin()`` sends nothing; so a statement sent here joins the transaction
     SQLAlchemy then commits or rolls back. The connection's ``prepare_threshold``
-    applies as to any statement."""
+    applies as to any statement. Each statement runs on a cursor of its own, kept in
+    the pooled connection's ``info`` (gone with the connection) for its next run; a kept
+    cursor holds no rows or arguments between runs."""
 
     name = "psycopg"
     pooler_connect_args: dict[str, Any] = {"prepare_threshold": None}
@@ -38,20 +40,23 @@ class Psycopg:
         self, dbapi_connection: Any, sql: str, arguments: Any, kept: dict[Any, Any]
     ) -> Sequence[Any]:
         # One cursor per statement and connection, kept with the connection: a cursor
-        # run again with the same query object keeps its adaptation state (the dumpers of
-        # the parameters, the loaders of every result column), which a new cursor looks
-        # up again on every statement (about a sixth of a claim's driver CPU).
+        # run again keeps its adaptation state (the dumpers of the parameters, the
+        # loaders of every result column), which a new cursor looks up again on every
+        # statement (about a sixth of a claim's driver CPU).
         cursors = kept.get(_CURSORS)
         if cursors is None:
             cursors = kept[_CURSORS] = {}
         cursor = cursors.get(sql)
         if cursor is None or cursor.closed:
             cursor = cursors[sql] = dbapi_connection.driver_connection.cursor()
-        await cursor.execute(sql, arguments)
-        if not _has_rows(cursor):
-            return ()
-        rows: Sequence[Any] = await cursor.fetchall()
-        return rows
+        try:
+            await cursor.execute(sql, arguments)
+            if not _has_rows(cursor):
+                return ()
+            rows: Sequence[Any] = await cursor.fetchall()
+            return rows
+        finally:
+            _release_result(cursor)
 
     def fetch_sync(self, dbapi_connection: Any, sql: str, arguments: Any) -> Sequence[Any]:
         cursor = dbapi_connection.execute(sql, arguments)
@@ -59,6 +64,15 @@ class Psycopg:
             return ()
         rows: Sequence[Any] = cursor.fetchall()
         return rows
+
+
+def _release_result(cursor: Any) -> None:
+    """Let go of the result ``cursor`` read and the arguments it sent, keeping its
+    adaptation state: a kept cursor would otherwise hold its statement's last rows (job
+    inputs, outputs) for as long as its connection lives. Private psycopg attributes,
+    pinned by tests/test_drivers.py."""
+    cursor._reset()
+    cursor._tx.set_pgresult(None, set_loaders=False)
 
 
 def _has_rows(cursor: Any) -> bool:

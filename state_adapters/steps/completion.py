@@ -56,7 +56,7 @@ async def complete(
     limited: frozenset[str] = frozenset(),
 ) -> tuple[list[Any], list[JobRecord]]:
     """Complete ``completions``: per completion the completed job (a ``JobRecord``,
-    or without ``records`` only its id and chain position) or a
+    or without ``records`` a row with at least its ``id`` and ``type_name``) or a
     ``JobOwnershipLostError`` (a stale token, or a job completed twice in the batch);
     with ``claim`` (a claim statement, or a function that claims on ``conn``), then run
     that claim and return its jobs in claim order. A

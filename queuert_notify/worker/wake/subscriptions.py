@@ -32,7 +32,8 @@ class WakeSubscriptions:
     and leaves when it ends (:meth:`stop_listening_for_ownership_loss`). Where the
     adapter has one channel for every job's loss (``listen_every_job_ownership_lost``),
     the worker listens on it once, at :meth:`open`, and a run only enters and leaves a
-    table keyed by job id: no adapter call, nothing to bound, per run. Otherwise (Redis
+    table keyed by job id (:meth:`watch_ownership_loss`, :meth:`forget_ownership_loss`:
+    no adapter call, nothing to await or bound, per run). Otherwise (Redis
     Cluster's channel per job, an adapter without it) each run listens on its own.
 
     When the notify adapter does not answer at :meth:`open`, :meth:`open_later` keeps

@@ -103,6 +103,42 @@ def test_values_written_into_the_text_read_back_as_psycopg2_binds_them(postgres_
     assert written[8:] == ("100%", False)
 
 
+@pytest.mark.parametrize("at_connect", ["on", "off"])
+@pytest.mark.parametrize("later", ["on", "off"])
+def test_psycopg2_text_reads_back_whatever_standard_conforming_strings_became(
+    postgres_url: str, at_connect: str, later: str
+) -> None:
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    from queuert_notify.contrib.django.literals import Literals
+
+    url = make_url(postgres_url)
+    connection = psycopg2.connect(
+        host=url.host,
+        port=url.port,
+        user=url.username,
+        password=url.password,
+        dbname=url.database,
+        options=f"-c standard_conforming_strings={at_connect}",
+    )
+    tricky = ["a\\'; SELECT 1; --", "\\", "'", "\\'", "''\\\\", "naïve \\x41 'q'"]
+    try:
+        cursor = connection.cursor()
+        cursor.execute(f"SET standard_conforming_strings = {later}")
+        render = Literals(psycopg2=True).renderer(cursor)
+        read_back = []
+        for value in tricky:
+            written = render("SELECT %(value)s::text", {"value": value})
+            assert written is not None
+            cursor.execute(written)
+            read_back.append(cursor.fetchall())
+    finally:
+        connection.close()
+    # One row each, the value itself: no quote ended early, no second statement ran.
+    assert read_back == [[(value,)] for value in tricky]
+
+
 def test_values_it_does_not_write_are_left_to_psycopg(django_project: Project) -> None:
     from django.db import connections
 

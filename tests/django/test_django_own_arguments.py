@@ -142,6 +142,36 @@ def test_an_enqueue_s_statements_reach_execute_wrappers_and_the_debug_log(
     assert len(inserts) == 2
 
 
+@pytest.mark.parametrize("wraps", [False, True], ids=["replaced", "functools.wraps"])
+def test_an_enqueue_s_statements_reach_an_instrumentation_that_replaced_execute(
+    django_project: Project, monkeypatch: pytest.MonkeyPatch, wraps: bool
+) -> None:
+    import functools
+
+    from django.db import transaction
+    from django.db.backends.utils import CursorWrapper
+    from shop.tasks import lite_count
+
+    seen: list[str] = []
+    django_execute = CursorWrapper.execute
+
+    def execute(self: Any, sql: str, params: Any = None) -> Any:  # as APM agents patch it
+        seen.append(sql)
+        return django_execute(self, sql, params)
+
+    monkeypatch.setattr(
+        CursorWrapper, "execute", functools.wraps(django_execute)(execute) if wraps else execute
+    )
+    with transaction.atomic(using="lite"):
+        result = lite_count.enqueue("traced")
+        assert lite_count.get_result(result.id).args == ["traced"]
+        transaction.set_rollback(True, using="lite")
+    assert [sql.split(" (")[0] for sql in seen if sql.startswith("INSERT")] == [
+        "INSERT INTO queuert_chains",
+        "INSERT INTO queuert_jobs",
+    ]
+
+
 def test_a_driver_error_on_the_direct_path_is_django_s(django_project: Project) -> None:
     from django.db import IntegrityError, connections, transaction
 

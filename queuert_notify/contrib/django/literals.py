@@ -13,7 +13,7 @@ one statement:
   too) between single quotes, a time followed by psycopg2's cast on psycopg2; text
   holding a quote or a backslash is quoted by libpq's ``PQescapeLiteral`` on the
   cursor's connection, as psycopg quotes it with ``PQescapeStringConn`` (on psycopg2,
-  by psycopg2's own ``QuotedString``);
+  in an escape string, ``E'...'``, right whatever ``standard_conforming_strings`` is);
 - integers, booleans and ``NULL`` as psycopg writes them (a negative number after a
   space, so ``1 -%s`` does not become a comment).
 
@@ -165,9 +165,16 @@ def _psycopg_quoting() -> Callable[[Any], Quoting]:
     return quoting
 
 
+def _escape_string(value: str) -> str:
+    """``value`` as a Postgres escape string constant."""
+    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
 def _psycopg2_quoting() -> Callable[[Any], Quoting]:
-    """psycopg2: its own quoting of text (``QuotedString``, as it quotes a value it binds)."""
-    from psycopg2.extensions import QuotedString
+    """psycopg2: text in an escape string (``E'...'``), whose backslashes are escapes
+    whatever ``standard_conforming_strings`` is. Not psycopg2's ``QuotedString``: it
+    follows that setting as it was when the connection was opened, so after a later
+    ``SET standard_conforming_strings`` a backslash could end its quotes."""
 
     def quoting(cursor: Any) -> Quoting:
         connection = cursor.connection
@@ -175,11 +182,6 @@ def _psycopg2_quoting() -> Callable[[Any], Quoting]:
         def utf8() -> bool:
             return bool(connection.encoding == "UTF8")
 
-        def escape(value: str) -> str:
-            quoted = QuotedString(value)
-            quoted.prepare(connection)
-            return bytes(quoted.getquoted()).decode()
-
-        return utf8, escape
+        return utf8, _escape_string
 
     return quoting

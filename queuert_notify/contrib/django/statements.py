@@ -188,12 +188,14 @@ class CursorConnection(SyncConnection):
         self._tables = tables
         self._as_sent, self._render = tables.sending(cursor)
         # SQLite: the statements go past Django's cursor wrapper (see execute()) unless
-        # something watches the connection's queries: an execute_wrapper(), or the debug
-        # cursor (DEBUG, CaptureQueriesContext) that logs them to connection.queries.
+        # something watches the connection's queries: an execute_wrapper(), the debug
+        # cursor (DEBUG, CaptureQueriesContext) that logs them to connection.queries, or
+        # an instrumentation that replaced the wrapper's execute() (APM agents do).
         self._direct = (
             tables.qmark is not None
             and type(cursor) is CursorWrapper
             and not cursor.db.execute_wrappers
+            and _djangos_own(CursorWrapper.execute)
         )
 
     @property
@@ -346,6 +348,12 @@ def _datetimes_as_stored(rows: list[Any]) -> list[Any]:
         [value.isoformat(" ") if isinstance(value, datetime) else value for value in row]
         for row in rows
     ]
+
+
+def _djangos_own(method: Any) -> bool:
+    """Whether ``method`` of Django's ``CursorWrapper`` is Django's own, not one an
+    instrumentation put in its place (with or without ``functools.wraps``)."""
+    return method.__module__ == CursorWrapper.__module__ and not hasattr(method, "__wrapped__")
 
 
 @functools.cache

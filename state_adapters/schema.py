@@ -101,6 +101,9 @@ class UtcDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        # queuert_notify.contrib.django.statements binds times without this type's
+        # layers (_stored_time, _utc_time): a change here is a change there, which
+        # tests/django/test_django_own_arguments.py compares with this.
         if value is None:
             return None
         if value.tzinfo is None or value.utcoffset() is None:

@@ -89,6 +89,16 @@ SETTLED_ASIDE_STATUSES = ("blocked", "failed", "cancelled")
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}")
 
 
+def utc_instant(value: datetime) -> datetime:
+    """``value`` in UTC, as the queue stores every time; ValueError for a naive one (an
+    instant without a zone is ambiguous). Also what the Django backend binds with."""
+    if value.tzinfo is UTC:
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value!r}: pass a timezone-aware instant")
+    return value.astimezone(UTC)
+
+
 class UtcDateTime(TypeDecorator[datetime]):
     """A timezone-aware UTC instant on every dialect.
 
@@ -101,14 +111,9 @@ class UtcDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        # queuert_notify.contrib.django.statements binds times without this type's
-        # layers (_stored_time, _utc_time): a change here is a change there, which
-        # tests/django/test_django_own_arguments.py compares with this.
         if value is None:
             return None
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware instant")
-        value = value.astimezone(UTC)
+        value = utc_instant(value)
         if dialect.name == "sqlite":
             return value.replace(tzinfo=None)
         return value

@@ -102,9 +102,7 @@ class JobExecution:
             if unsubscribe is None:
                 self._subscriptions.forget_ownership_loss(job.id, lost)
             else:
-                await self._subscriptions.stop_listening_for_ownership_loss(
-                    job.id, lost, unsubscribe
-                )
+                await self._subscriptions.stop_listening_for_ownership_loss(unsubscribe)
             # However the run ended, its lines are written (with its outcome if any), once
             # the handler's transaction is closed (on SQLite it may hold the write lock).
             left = unwritten + self._logs.close_attempt(log)

@@ -89,9 +89,7 @@ class Slots:
         slot if it still holds one. True when no slot was free before."""
         was_full = self.free() <= 0
         self._runs.pop(run.lease_token, None)
-        if run.holds_slot:
-            run.holds_slot = False
-            self._busy -= 1
+        self.release(run)
         return was_full
 
     def __iter__(self) -> Iterator[JobRun]:

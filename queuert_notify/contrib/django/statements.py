@@ -28,7 +28,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, cast
 
 from django.db.backends.utils import CursorWrapper
@@ -43,7 +43,7 @@ from sqlalchemy.types import TypeEngine
 from queuert_notify.contrib.django.literals import Literals
 from queuert_notify.errors import ConfigurationError
 from state_adapters.postgres.database import Postgres
-from state_adapters.schema import JsonDocument, UtcDateTime
+from state_adapters.schema import JsonDocument, UtcDateTime, utc_instant
 from state_adapters.sqlalchemy import SqlAlchemyStateAdapter
 from state_adapters.statements.compiled import (
     BindProcessor,
@@ -222,12 +222,10 @@ class CursorConnection(SyncConnection):
             db.validate_no_broken_transaction()
             with db.wrap_database_errors:
                 sqlite3.Cursor.execute(driver, self._tables.qmark(compiled.sql), arguments)
-                rows = driver.fetchall() if driver.description is not None else []
-            count = driver.rowcount
+                rows, count = _result(driver)
         else:
             self._run(compiled.sql, arguments)
-            rows = self._cursor.fetchall() if self._cursor.description is not None else []
-            count = self._cursor.rowcount
+            rows, count = _result(self._cursor)
         return Rows(compiled.typed(self._tables.as_stored(rows)) if rows else [], count)
 
     async def scalar(self, statement: Any, parameters: Any = None) -> Any:
@@ -235,8 +233,7 @@ class CursorConnection(SyncConnection):
 
     async def exec_driver_sql(self, statement: str, parameters: Any = None) -> Any:
         self._run(statement, parameters)
-        rows = self._cursor.fetchall() if self._cursor.description is not None else []
-        return Rows(rows, self._cursor.rowcount)
+        return Rows(*_result(self._cursor))
 
     def _run(self, sql: str, arguments: Any) -> None:
         text = None
@@ -385,22 +382,20 @@ def _own_types(vendor: str) -> BindProcessor:
     return bind_processor
 
 
+def _result(cursor: Any) -> tuple[list[Any], int]:
+    """The rows the cursor's statement returned (none for a statement without rows) and
+    its row count."""
+    return (cursor.fetchall() if cursor.description is not None else []), cursor.rowcount
+
+
 def _stored_time(value: datetime | None) -> str | None:
     """A time as :class:`~state_adapters.schema.UtcDateTime` stores it on SQLite."""
     if value is None:
         return None
-    if value.tzinfo is not UTC:
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware instant")
-        value = value.astimezone(UTC)
     # Without its "+00:00": a third of the time of replace(tzinfo=None) first.
-    return value.isoformat(" ", "microseconds")[:-6]
+    return utc_instant(value).isoformat(" ", "microseconds")[:-6]
 
 
 def _utc_time(value: datetime | None) -> datetime | None:
     """A time as :class:`~state_adapters.schema.UtcDateTime` binds it on Postgres."""
-    if value is None or value.tzinfo is UTC:
-        return value
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"naive datetime {value!r}: pass a timezone-aware instant")
-    return value.astimezone(UTC)
+    return None if value is None else utc_instant(value)

@@ -171,12 +171,10 @@ class WakeSubscriptions:
     async def listen_for_ownership_loss(
         self, job: Job, callback: Callable[[], None]
     ) -> Unsubscribe | None:
-        """Call ``callback`` when another party takes ``job``, until
+        """Where :meth:`watch_ownership_loss` found no listener for every job: call
+        ``callback`` when another party takes ``job``, until
         :meth:`stop_listening_for_ownership_loss` with what this returned: the run's own
-        unsubscribe, or ``None`` (heard by the worker's one listener for every job, or
-        not listening because the adapter is unreachable or refused)."""
-        if self.watch_ownership_loss(job.id, callback):
-            return None
+        unsubscribe, or ``None`` (not listening: the adapter is unreachable or refused)."""
         if not self.listening or not self._owls_gate.open:
             return None
         try:
@@ -201,16 +199,12 @@ class WakeSubscriptions:
             if not callbacks:
                 del self._watched[job_id]
 
-    async def stop_listening_for_ownership_loss(
-        self, job_id: str, callback: Callable[[], None], unsubscribe: Unsubscribe | None
-    ) -> None:
+    async def stop_listening_for_ownership_loss(self, unsubscribe: Unsubscribe) -> None:
         """Undo :meth:`listen_for_ownership_loss` (which returned ``unsubscribe``); never
         raises, and waits for the adapter at most one bounded call."""
-        self.forget_ownership_loss(job_id, callback)
-        if unsubscribe is not None:
-            with suppress(Exception):
-                async with asyncio.timeout(CALL_LIMIT):
-                    await unsubscribe()
+        with suppress(Exception):
+            async with asyncio.timeout(CALL_LIMIT):
+                await unsubscribe()
 
     def background_task(self) -> asyncio.Task[None] | None:
         """The retrying task of :meth:`open_later`, for the worker to cancel."""

@@ -95,6 +95,46 @@ async def test_hot_path_calls_are_one_round_trip_each(
         assert trips.round_trips == 1
 
 
+async def test_a_batch_writes_the_rows_a_start_of_one_chain_writes(
+    engine: AsyncEngine, state: SqlAlchemyStateAdapter, prefix: str
+) -> None:
+    # The batch's statement reads a document of arrays; the single start binds each
+    # column: the rows read the same. (A batch stores a None input as SQL NULL, as
+    # its JSON records did before; a single start as JSON null: both read as None.)
+    def chain(n: int, start: str) -> NewChain:
+        job = NewJob(
+            "t",
+            None if n % 2 else {"n": None},
+            priority=-n,
+            max_attempts=None if n % 2 else n + 1,
+            trace_context="tc" if n == 2 else None,
+            concurrency_key="ck" if n % 2 else None,
+        )
+        return NewChain(job, dedup_key=None if n % 3 else f"{start}{n}")
+
+    notes = NotificationBuffer()
+    alone = [(await state.start_chains([chain(n, "a")], notes=notes))[0].id for n in range(4)]
+    batch = [s.id for s in await state.start_chains([chain(n, "b") for n in range(4)], notes=notes)]
+    columns = (
+        "j.input IS NULL, j.input, j.status, j.priority, j.scheduled_at = j.created_at, "
+        "j.max_attempts, substr(j.deduplication_key, 2), j.blockers_pending, j.chain_index, "
+        "j.attempt, j.trace_context, j.concurrency_key, c.type_name, c.completed_at, "
+        "c.has_dependents, substr(c.dedup_key, 2), c.created_at = j.created_at"
+    )
+    async with engine.connect() as conn:
+        rows = {
+            row[0]: tuple(row[1:])
+            for row in await conn.execute(
+                text(
+                    f"SELECT j.id, {columns} FROM {prefix}_jobs j "
+                    f"JOIN {prefix}_chains c ON c.id = j.chain_id"
+                )
+            )
+        }
+    assert [rows[i][1:] for i in batch] == [rows[i][1:] for i in alone]
+    assert [rows[i][0] for i in batch] == [False, True, False, True]
+
+
 async def test_completing_a_batch_costs_the_same_round_trips_as_one_job(
     engine: AsyncEngine, state: SqlAlchemyStateAdapter
 ) -> None:

@@ -1,7 +1,8 @@
 """The SQL only Postgres has: the one-statement start of new chains and the
-one-statement completion, each fed with a JSON document (``jsonb_to_recordset``)
-so it has one shape whatever the batch size, is planned once, and is one round trip
-when it runs alone. Same calling convention as :mod:`state_adapters.statements.queue`."""
+one-statement completion, each fed with a JSON document (``jsonb_array_elements`` of
+one array per job for a start, ``jsonb_to_recordset`` for a completion) so it has one
+shape whatever the batch size, is planned once, and is one round trip when it runs
+alone. Same calling convention as :mod:`state_adapters.statements.queue`."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import TableValuedAlias, TextualSelect
+from sqlalchemy.sql.selectable import Subquery, TableValuedAlias, TextualSelect
 from sqlalchemy.types import TypeEngine
 
 from state_adapters.schema import Tables, UtcDateTime
@@ -60,6 +61,31 @@ def _json_records(parameter: str, **columns: TypeEngine[Any]) -> TableValuedAlia
     )
 
 
+def _json_tuples(parameter: str, *fields: tuple[str, TypeEngine[Any]]) -> Subquery:
+    """The rows of a JSON array of arrays bound as one parameter
+    (``jsonb_array_elements``), each inner array's items in the order of ``fields``
+    (name, type): a JSON ``null`` is SQL ``NULL``, as ``jsonb_to_recordset`` makes it.
+
+    Postgres reads such a document in about two thirds of the time of the same rows as
+    objects for ``jsonb_to_recordset`` (no key to look up, less to parse), and the
+    client encodes a third of the bytes (no key names)."""
+    element = func.jsonb_array_elements(bindparam(parameter, type_=_JSONB)).table_valued(
+        column("value", _JSONB)
+    )
+    items: list[ColumnElement[Any]] = []
+    for index, (name, type_) in enumerate(fields):
+        position = literal_column(str(index), Integer)
+        if isinstance(type_, JSONB):
+            item = element.c.value.op("->", return_type=_JSONB)(position)
+            items.append(func.nullif(item, literal_column("'null'::jsonb", _JSONB)).label(name))
+        else:
+            text_item = element.c.value.op("->>", return_type=String())(position)
+            items.append(
+                (text_item if isinstance(type_, String) else cast(text_item, type_)).label(name)
+            )
+    return select(*items).subquery(parameter)
+
+
 def status_by_key(status: ColumnElement[str]) -> ColumnElement[str]:
     """``status`` as a term no index may serve (``status || ''``).
 
@@ -70,6 +96,22 @@ def status_by_key(status: ColumnElement[str]) -> ColumnElement[str]:
     by id.
     """
     return status.op("||", return_type=status.type)(literal_column("''"))
+
+
+_FIRST_JOB_FIELDS: tuple[tuple[str, TypeEngine[Any]], ...] = (
+    ("id", String()),
+    ("type_name", String()),
+    ("input", _JSONB),
+    ("status", String()),
+    ("priority", Integer()),
+    ("scheduled_at", DateTime(timezone=True)),  # NULL: the start's time
+    ("max_attempts", Integer()),
+    ("dedup_key", String()),
+    ("blockers_pending", Integer()),
+    ("trace_context", String()),
+    ("concurrency_key", String()),
+)
+"""The items of each row of :meth:`PostgresStatements.insert_first_jobs`' document."""
 
 
 class PostgresStatements:
@@ -118,23 +160,25 @@ class PostgresStatements:
         """Insert new chains and their first jobs, given the first jobs' rows (a
         chain row is made of its first job's), in one statement: a start outside a
         caller's transaction is one round trip whatever the batch size."""
+        now = job_rows[0]["created_at"]
+        # In the order of _FIRST_JOB_FIELDS; a job due now is sent without its time.
         batch = [
-            {
-                "id": row["id"],
-                "type_name": row["type_name"],
-                "input": row["input"],
-                "status": row["status"],
-                "priority": row["priority"],
-                "scheduled_at": row["scheduled_at"].isoformat(),
-                "max_attempts": row["max_attempts"],
-                "dedup_key": row["deduplication_key"],
-                "blockers_pending": row["blockers_pending"],
-                "trace_context": row["trace_context"],
-                "concurrency_key": row["concurrency_key"],
-            }
+            [
+                row["id"],
+                row["type_name"],
+                row["input"],
+                row["status"],
+                row["priority"],
+                None if row["scheduled_at"] is now else row["scheduled_at"].isoformat(),
+                row["max_attempts"],
+                row["deduplication_key"],
+                row["blockers_pending"],
+                row["trace_context"],
+                row["concurrency_key"],
+            ]
             for row in job_rows
         ]
-        return Query(self._insert_first_jobs, {"batch": batch, "now": job_rows[0]["created_at"]})
+        return Query(self._insert_first_jobs, {"batch": batch, "now": now})
 
     def insert_first_job(self, job_row: Mapping[str, Any]) -> Query:
         """Insert one new chain and its first job, given the job's row, in one
@@ -201,20 +245,7 @@ class PostgresStatements:
         (one parameter, encoded in one call, inputs embedded as they are)."""
         t = self.tables
         now = bindparam("now", type_=UtcDateTime())
-        rows = _json_records(
-            "batch",
-            id=String(),
-            type_name=String(),
-            input=_JSONB,
-            status=String(),
-            priority=Integer(),
-            scheduled_at=DateTime(timezone=True),
-            max_attempts=Integer(),
-            dedup_key=String(),
-            blockers_pending=Integer(),
-            trace_context=String(),
-            concurrency_key=String(),
-        )
+        rows = _json_tuples("batch", *_FIRST_JOB_FIELDS)
         new_chains = (
             insert(t.chains)
             .from_select(
@@ -226,14 +257,14 @@ class PostgresStatements:
         job_values = {
             "id": rows.c.id,
             "chain_id": rows.c.id,
-            "chain_index": literal(0),
+            "chain_index": literal_column("0", Integer),
             "type_name": rows.c.type_name,
             "input": rows.c.input,
             "status": rows.c.status,
             "priority": rows.c.priority,
             "created_at": now,
-            "scheduled_at": rows.c.scheduled_at,
-            "attempt": literal(0),
+            "scheduled_at": func.coalesce(rows.c.scheduled_at, now),
+            "attempt": literal_column("0", Integer),
             "max_attempts": rows.c.max_attempts,
             "deduplication_key": rows.c.dedup_key,
             "blockers_pending": rows.c.blockers_pending,

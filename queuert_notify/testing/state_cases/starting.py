@@ -175,6 +175,20 @@ class StartingCases:
         assert [j.id for j in jobs] == [past.id]
         assert await state.next_due_at(["t"]) == now + timedelta(hours=1)
 
+    async def test_a_batch_schedules_each_job_at_its_own_run_at(self, state: Any) -> None:
+        # A batch's statement may leave out the time of a job due now (Postgres does).
+        now = datetime.now(UTC)
+        run_ats = [None, now - timedelta(hours=1), now + timedelta(hours=1), None]
+        started = await state.start_chains(
+            [NewChain(NewJob("t", n, run_at=r)) for n, r in enumerate(run_ats)],
+            notes=NotificationBuffer(),
+        )
+        jobs = [await state.get_job(s.id) for s in started]
+        assert jobs[2].scheduled_at == now + timedelta(hours=1)
+        due = [jobs[0], jobs[1], jobs[3]]
+        assert all(now - timedelta(seconds=1) <= j.scheduled_at == j.created_at for j in due)
+        assert {j.id for j in await claim(state, limit=10)} == {j.id for j in due}
+
     async def test_next_due_at_is_the_earliest_pending_job_of_the_types(self, state: Any) -> None:
         assert await state.next_due_at(["t"]) is None
         now = datetime.now(UTC)

@@ -15,6 +15,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Dialect, Engine, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from state_adapters.migrations import missing_tables
@@ -110,6 +111,16 @@ def async_driver_for(name: str) -> AsyncDriver:
     return Psycopg()
 
 
+async def pooled_connection(conn: AsyncConnection) -> PoolProxiedConnection:
+    """``await conn.get_raw_connection()``, without its greenlet when ``conn`` is live."""
+    sync = conn.sync_connection
+    if sync is not None and not (sync.invalidated or sync.closed):
+        # A live connection hands its pooled connection over without IO; only
+        # reconnecting one needs the greenlet ``get_raw_connection`` spawns.
+        return sync.connection
+    return await conn.get_raw_connection()
+
+
 async def run_on_driver(
     driver: AsyncDriver, conn: AsyncConnection, sql: str, arguments: Any
 ) -> Sequence[Any]:
@@ -120,14 +131,8 @@ async def run_on_driver(
     error is raised as ``DBAPIError`` (a missing queue table as
     :mod:`state_adapters.migrations.missing_tables` says) and a disconnect invalidates the
     connection."""
+    fairy = await pooled_connection(conn)
     sync = conn.sync_connection
-    if sync is not None and not (sync.invalidated or sync.closed):
-        # A live connection hands its pooled connection over without IO; only
-        # reconnecting one needs the greenlet ``get_raw_connection`` spawns.
-        fairy = sync.connection
-    else:
-        fairy = await conn.get_raw_connection()
-        sync = conn.sync_connection
     assert sync is not None  # a connection that handed out its raw connection is open
     dbapi_connection = fairy.dbapi_connection
     dialect = conn.dialect

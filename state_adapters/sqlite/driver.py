@@ -52,6 +52,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
+from state_adapters.drivers import pooled_connection
 from state_adapters.migrations import missing_tables
 from state_adapters.sqlite.connections import prepare_sqlite, sqlite_ready
 from state_adapters.statements.compiled import CompiledStatement
@@ -123,7 +124,7 @@ async def run_transaction(
     under ``conn``, in one call to its aiosqlite thread: committed when the step
     returns, rolled back if it raises (or would suspend). ``conn`` must not be in a
     SQLAlchemy transaction."""
-    fairy = await conn.get_raw_connection()
+    fairy = await pooled_connection(conn)
     if not sqlite_ready(fairy, conn.dialect):
         await conn.run_sync(prepare_sqlite)
     driver: Any = fairy.driver_connection

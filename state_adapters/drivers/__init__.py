@@ -15,11 +15,11 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Dialect, Engine, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from state_adapters.migrations import missing_tables
 from state_adapters.sync.bridge import SyncConnection
+from state_adapters.transactions.checkout import pooled_connection
 
 
 class Driver(Protocol):
@@ -109,16 +109,6 @@ def async_driver_for(name: str) -> AsyncDriver:
     from state_adapters.drivers.psycopg import Psycopg
 
     return Psycopg()
-
-
-async def pooled_connection(conn: AsyncConnection) -> PoolProxiedConnection:
-    """``await conn.get_raw_connection()``, without its greenlet when ``conn`` is live."""
-    sync = conn.sync_connection
-    if sync is not None and not (sync.invalidated or sync.closed):
-        # A live connection hands its pooled connection over without IO; only
-        # reconnecting one needs the greenlet ``get_raw_connection`` spawns.
-        return sync.connection
-    return await conn.get_raw_connection()
 
 
 async def run_on_driver(

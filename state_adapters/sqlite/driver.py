@@ -52,10 +52,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
-from state_adapters.drivers import pooled_connection
 from state_adapters.migrations import missing_tables
 from state_adapters.sqlite.connections import prepare_sqlite, sqlite_ready
 from state_adapters.statements.compiled import CompiledStatement
+from state_adapters.transactions.checkout import pooled_connection
 
 T = TypeVar("T")
 

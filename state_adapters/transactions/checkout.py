@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
 
 T = TypeVar("T")
 
@@ -171,3 +172,13 @@ class _Relay:
         self.fired = True
         if self._current is not None and not self._current.done():
             self._current.set_result(None)
+
+
+async def pooled_connection(conn: AsyncConnection) -> PoolProxiedConnection:
+    """``await conn.get_raw_connection()``, without its greenlet when ``conn`` is live."""
+    sync = conn.sync_connection
+    if sync is not None and not (sync.invalidated or sync.closed):
+        # A live connection hands its pooled connection over without IO; only
+        # reconnecting one needs the greenlet ``get_raw_connection`` spawns.
+        return sync.connection
+    return await conn.get_raw_connection()

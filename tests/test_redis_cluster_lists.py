@@ -176,3 +176,29 @@ def _two_types_in_one_slot(prefix: str) -> list[str]:
             return [seen[slot], name]
         seen[slot] = name
     raise AssertionError("no two names share a slot")
+
+
+async def test_a_token_passed_over_on_one_slot_holds_up_no_token_of_another_slot(
+    cluster: LocalRedisCluster, prefix: str
+) -> None:
+    """Every lane's blocking move waits for the same free slots: a token the worker heard
+    while its slots were busy (it passed it over) is offered to it again once one is
+    free, and once consumed no longer keeps a token of another slot where it is."""
+    first, second, _ = types_on_every_master(cluster, prefix, per_master=1)
+    async with (
+        lists_adapter(cluster, prefix) as worker,
+        lists_adapter(cluster, prefix) as producer,
+    ):
+        heard = Recorder()
+        await worker.listen_job_scheduled([first, second], heard)
+        await worker.acknowledge_wakes(heard, 1)
+        await producer.notify_jobs_scheduled({first: 1})
+        await heard.wait_for(1, within=5)
+        await worker.acknowledge_wakes(heard, 1)  # heard while its claim filled the slot
+
+        await heard.wait_for(2, within=5)
+        assert await worker.consume_wake_hint(first) is True
+        await worker.acknowledge_wakes(heard, 1)
+        await producer.notify_jobs_scheduled({second: 1})
+        await heard.wait_for(3, within=5)
+        assert heard.calls == [(first,), (first,), (second,)]

@@ -21,7 +21,8 @@ from queuert_notify.notify.redis.shared import (
     token_list_key,
 )
 from queuert_notify.testing import Recorder
-from tests.support.redis_helpers import delete_prefix
+from tests.support.queue_helpers import wait_until
+from tests.support.redis_helpers import delete_prefix, named
 
 
 @pytest.fixture
@@ -87,6 +88,76 @@ async def test_a_listener_without_free_slots_leaves_tokens_to_others(
     await busy.acknowledge_wakes(busy_heard, 1)  # a slot freed: nothing left to take
     await asyncio.sleep(0.2)
     assert busy_heard.calls == []
+
+
+@pytest.fixture
+async def watched(redis_url: str, prefix: str) -> AsyncIterator[RedisNotifyAdapter]:
+    """A lists-mode adapter whose connections carry the test's ``prefix`` as their name
+    (to find its blocking move in CLIENT LIST: the server is shared)."""
+    adapter = RedisNotifyAdapter(named(redis_url, prefix), prefix=prefix, wake="lists")
+    await adapter.connect()
+    yield adapter
+    await adapter.close()
+
+
+async def _blocking(redis: Redis, prefix: str) -> bool:
+    """Whether the ``watched`` adapter's consumer waits in a blocking move."""
+    return any(
+        c.get("name") == prefix and c.get("cmd") in ("blmove", "blmpop") and c.get("flags") == "b"
+        for c in await redis.client_list()
+    )
+
+
+async def test_a_token_a_busy_listener_passed_over_is_offered_again_once_a_slot_is_free(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    producer, worker, _ = adapters
+    heard = Recorder()
+    await worker.listen_job_scheduled(["t", "u"], heard)
+    await worker.acknowledge_wakes(heard, 1)
+    await producer.notify_jobs_scheduled({"u": 1})
+    await heard.wait_for(1, within=5)
+    # Heard while the worker's claim filled its one slot: it did not consume it (it had
+    # no slot), and that run is already over when the claim pass reports a free slot.
+    await worker.acknowledge_wakes(heard, 1)
+
+    await heard.wait_for(2, within=5)
+    assert heard.calls == [("u",), ("u",)]
+    assert await worker.consume_wake_hint("u") is True
+    await worker.acknowledge_wakes(heard, 1)
+    # Nothing held any more: the next token is moved and announced.
+    await producer.notify_jobs_scheduled({"t": 1})
+    await heard.wait_for(3, within=5)
+    assert heard.calls[2] == ("t",)
+
+
+async def test_a_token_moved_once_every_slot_is_spoken_for_goes_back_unannounced(
+    adapters: list[RedisNotifyAdapter], watched: RedisNotifyAdapter, redis: Redis, prefix: str
+) -> None:
+    producer = adapters[0]
+    heard = Recorder()
+    await watched.listen_job_scheduled(["t", "u"], heard)
+    await watched.acknowledge_wakes(heard, 2)
+    await producer.notify_jobs_scheduled({"u": 1})
+    await heard.wait_for(1, within=5)
+    await wait_until(lambda: _blocking(redis, prefix), timeout=5)  # for a second token
+    await watched.acknowledge_wakes(heard, 1)  # a slot was taken meanwhile: u fills the other
+
+    await producer.notify_jobs_scheduled({"t": 1})
+
+    # The blocking move took t all the same; it goes back to the head of its list, and u
+    # stays with the listener that heard of it.
+    async def one_given_back() -> bool:
+        lengths = [await redis.llen(token_list_key(prefix, name)) for name in ("t", "u")]
+        return sum(lengths) == 1
+
+    await wait_until(one_given_back, timeout=5)
+    assert await redis.llen(token_list_key(prefix, "t")) == 1
+    assert await redis.llen(token_list_key(prefix, "u")) == 0
+    assert ("t",) not in heard.calls
+    assert await watched.consume_wake_hint("u") is True
+    await watched.acknowledge_wakes(heard, 1)  # the claim it woke is done: t's turn
+    await wait_until(lambda: ("t",) in heard.calls, timeout=5)
 
 
 async def test_a_consumed_token_stays_in_the_processing_list_until_acknowledged(

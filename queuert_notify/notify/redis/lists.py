@@ -16,7 +16,11 @@ The reliable-queue pattern applied to wakeups; the keys are in
 - A worker consumes the token (``consume_wake_hint``, no round trip), claims, then
   calls ``acknowledge_wakes``: the token leaves the processing list (``LREM``). The
   worker also reports its free slots there; no token is moved for a listener with
-  none free (a token that arrives anyway goes straight back to the head of its list).
+  none free (a token that arrives anyway goes straight back to the head of its list,
+  unannounced). A token announced to a worker while all its slots were busy (it passes
+  it over) is announced to it again when it reports a free slot: held and never
+  consumed, it would count against the free slots for good (as many as there are free
+  slots, and no token is moved any more).
 - Heartbeat and reaper: every ``consumer_timeout / 3`` the consumer renews its score in
   each type's consumer set and, in the same atomic script (one per lane), returns the
   processing lists of consumers whose score passed to the head of the token lists
@@ -39,19 +43,20 @@ from contextlib import suppress
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from queuert_notify.notify.payloads import decode_text, encode_payload
+from queuert_notify.notify.payloads import encode_payload
 from queuert_notify.notify.protocol import (
     HINT_TTL_SECONDS,
     SignalCallback,
     TypeNameCallback,
     Unsubscribe,
 )
-from queuert_notify.notify.redis.lists_lines import (
-    BLOCK_TIMEOUT,
-    Lane,
-    ListsPlacement,
+from queuert_notify.notify.redis.lists_lines import Lane, ListsPlacement
+from queuert_notify.notify.redis.lists_wire import (
+    ConsumerKeys,
+    Heartbeat,
+    move_one,
+    token_pushes,
 )
-from queuert_notify.notify.redis.lists_wire import ConsumerKeys, Heartbeat, token_pushes
 from queuert_notify.notify.redis.shared import (
     PUSH_WAKE_TOKENS,
     RETURN_WAKE_TOKENS,
@@ -85,8 +90,10 @@ class RedisWakeLists:
     moment, either *held* (announced to callbacks, not consumed), *granted* (consumed
     by ``consume_wake_hint``, not acknowledged) or on its way back to its token list;
     held plus granted tokens never exceed the free slots listeners reported (no report
-    yet: unbounded), over all lanes; a killed consumer's tokens go back once its
-    heartbeat lapses; a script call or blocking command names keys of one lane only.
+    yet: unbounded), over all lanes; a token still held when a listener of its type
+    reports free slots is announced to that listener again; a killed consumer's tokens
+    go back once its heartbeat lapses; a script call or blocking command names keys of
+    one lane only.
     """
 
     def __init__(
@@ -111,6 +118,7 @@ class RedisWakeLists:
         self._held: Counter[str] = Counter()
         self._granted: Counter[str] = Counter()
         self._registered: Counter[TypeNameCallback] = Counter()
+        self._types_of: dict[TypeNameCallback, Counter[str]] = {}  # registered, by callback
         self._free: dict[TypeNameCallback, int] = {}
         self._changed = asyncio.Event()
         self._arrival = asyncio.Event()
@@ -190,11 +198,14 @@ class RedisWakeLists:
 
     async def acknowledge_wakes(self, callback: TypeNameCallback, free_slots: int) -> None:
         """Remove every granted token from the processing lists (the claim they woke is
-        done) and record that ``callback``'s listener has ``free_slots`` free."""
+        done), record that ``callback``'s listener has ``free_slots`` free, and announce
+        to it again, up to that many, the tokens of its types still held: its claim pass
+        is over, so it passed them over (heard while every slot was busy)."""
         if callback in self._registered:
             # Recorded first: the blocking loops follow the worker's slots even while
             # Redis is unreachable.
             self._free[callback] = max(free_slots, 0)
+            self._announce_held(callback, free_slots)
         self._changed.set()
         await self._ready()
         granted, self._granted = self._granted, Counter()
@@ -216,6 +227,8 @@ class RedisWakeLists:
         names = [encode_payload("type name", name) for name in type_names]
         unsubscribes: list[Unsubscribe] = []
         self._registered[callback] += 1
+        types = self._types_of.setdefault(callback, Counter())
+        types.update(dict.fromkeys(names, 1))
         done = False
 
         async def unsubscribe_all() -> None:
@@ -224,8 +237,10 @@ class RedisWakeLists:
                 return
             done = True
             self._registered[callback] -= 1
+            types.subtract(dict.fromkeys(names, 1))
             if self._registered[callback] <= 0:
                 del self._registered[callback]
+                self._types_of.pop(callback, None)
                 self._free.pop(callback, None)
             for unsubscribe in unsubscribes:
                 await unsubscribe()
@@ -306,14 +321,7 @@ class RedisWakeLists:
         try:
             # Bounded: a hanging server must not hold up a stop (see the except).
             async with asyncio.timeout(_GIVE_BACK_TIMEOUT):
-                await self._give_back(
-                    keys=[
-                        self._keys.processing(type_name),
-                        self._keys.tokens(type_name),
-                        self._keys.consumers(type_name),
-                    ],
-                    args=[0, self.consumer, HINT_TTL_SECONDS],
-                )
+                await self._give_back_tokens(type_name, 0)
         except Exception as exc:
             # They come back when the reaper sees this consumer's heartbeat lapse.
             logger.warning(
@@ -368,7 +376,7 @@ class RedisWakeLists:
                     continue
                 if stop.is_set():
                     return
-                type_name = await self._move_one(lane)
+                type_name = await move_one(lane, self._keys)
                 if type_name is not None:
                     await self._arrived(type_name)
             except Exception as exc:
@@ -381,44 +389,27 @@ class RedisWakeLists:
                 continue
             backoff.reset()
 
-    async def _move_one(self, lane: Lane) -> str | None:
-        """Block until a token of one of the lane's types is ours; its type, or None."""
-        types = list(lane.types)
-        if len(types) == 1:
-            [type_name] = types
-            token = await lane.line.call(
-                "BLMOVE",
-                self._keys.tokens(type_name),
-                self._keys.processing(type_name),
-                "LEFT",
-                "RIGHT",
-                BLOCK_TIMEOUT,
-            )
-            return type_name if token is not None else None
-        by_key = {self._keys.tokens(name): name for name in types}
-        reply = await lane.line.call(
-            "BLMPOP", BLOCK_TIMEOUT, len(by_key), *by_key, "LEFT", "COUNT", 1
-        )
-        if not reply:
-            return None
-        popped = by_key.get(decode_text(reply[0]) or "")
-        if popped is None:
-            return None
-        type_name = popped
-        # Not atomic with the pop: a consumer killed during this one round trip loses
-        # the token (its job is still found by a catch-up poll).
-        await lane.line.call("RPUSH", self._keys.processing(type_name), *reply[1])
-        return type_name
-
     async def _arrived(self, type_name: str) -> None:
+        if self._outstanding() >= self._demand():
+            # Every listener filled up while we were blocked: back to the head of its
+            # list, unannounced (a held token nobody heard of would wait for good), where
+            # the next consumer waiting takes it at once, or we once a slot frees.
+            await self._give_back_tokens(type_name, 1)
+            return
         self._held[type_name] += 1
         self._arrival.set()
-        if self._outstanding() > self._demand():
-            # Every listener filled up while we were blocked: the next consumer waiting
-            # takes it at once.
-            await self._return_surplus()
-            return
         self._listener.dispatch(type_name, type_name, type_name)
+
+    def _announce_held(self, callback: TypeNameCallback, free_slots: int) -> None:
+        """Announce to ``callback`` again, up to ``free_slots``, the tokens still held
+        for its types (a listener that consumes them now may be another one, which then
+        takes a token from the list: one round trip, no wake lost)."""
+        left = free_slots
+        for type_name, listening in self._types_of.get(callback, Counter()).items():
+            count = min(self._held[type_name], left) if listening > 0 else 0
+            for _ in range(count):
+                self._listener.run_callback(callback, type_name)
+            left -= count
 
     async def _sync(self, lane: Lane) -> None:
         """Connect where the lane's keys live, learn the connection's id, re-register
@@ -449,14 +440,13 @@ class RedisWakeLists:
                 continue
             self._held[type_name] -= count
             surplus -= count
-            await self._give_back(
-                keys=[
-                    self._keys.processing(type_name),
-                    self._keys.tokens(type_name),
-                    self._keys.consumers(type_name),
-                ],
-                args=[count, self.consumer, HINT_TTL_SECONDS],
-            )
+            await self._give_back_tokens(type_name, count)
+
+    async def _give_back_tokens(self, type_name: str, count: int) -> None:
+        """Move ``count`` tokens (0: all, and leave the type's consumers) of our processing
+        list of ``type_name`` back to the head of its token list."""
+        keys = self._keys.give_back_keys(type_name)
+        await self._give_back(keys=keys, args=[count, self.consumer, HINT_TTL_SECONDS])
 
     # -- connection state --------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The wire of the ``wake="lists"`` mode (:mod:`~queuert_notify.notify.redis.lists`):
-its keys, the pushes a producer sends, and one consumer's key names and heartbeat.
+its keys, the pushes a producer sends, and one consumer's key names, blocking move and
+heartbeat.
 
 Wire layout (``{t}`` is a type name;
 on a Redis Cluster it is the type as a hash tag, ``{<type>}`` with literal braces,
@@ -28,9 +29,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
-from queuert_notify.notify.payloads import scheduled_counts
+from queuert_notify.notify.payloads import decode_text, scheduled_counts
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis.lists_lines import LaneKeys
+from queuert_notify.notify.redis.lists_lines import BLOCK_TIMEOUT, Lane, LaneKeys
 from queuert_notify.notify.redis.shared import (
     ScriptCall,
     all_at_once,
@@ -83,6 +84,10 @@ class ConsumerKeys:
     def consumers(self, type_name: str) -> str:
         return consumers_key(self._prefix, self._placement.tag(type_name))
 
+    def give_back_keys(self, type_name: str) -> list[str]:
+        """The keys of ``lua/return_wake_tokens.lua`` for ``type_name``."""
+        return [self.processing(type_name), self.tokens(type_name), self.consumers(type_name)]
+
     def beat_keys(self, types: Sequence[str]) -> list[str]:
         keys: list[str] = []
         for name in types:
@@ -92,6 +97,34 @@ class ConsumerKeys:
     def beat_args(self, types: Sequence[str]) -> list[str | int]:
         prefixes = [self.processing(name, "") for name in types]
         return [self.consumer, int(self.timeout * 1000), HINT_TTL_SECONDS, *prefixes]
+
+
+async def move_one(lane: Lane, keys: ConsumerKeys) -> str | None:
+    """Block until a token of one of the lane's types is in the consumer's processing
+    list of its type; that type, or None (the block timed out)."""
+    types = list(lane.types)
+    if len(types) == 1:
+        [type_name] = types
+        token = await lane.line.call(
+            "BLMOVE",
+            keys.tokens(type_name),
+            keys.processing(type_name),
+            "LEFT",
+            "RIGHT",
+            BLOCK_TIMEOUT,
+        )
+        return type_name if token is not None else None
+    by_key = {keys.tokens(name): name for name in types}
+    reply = await lane.line.call("BLMPOP", BLOCK_TIMEOUT, len(by_key), *by_key, "LEFT", "COUNT", 1)
+    if not reply:
+        return None
+    popped = by_key.get(decode_text(reply[0]) or "")
+    if popped is None:
+        return None
+    # Not atomic with the pop: a consumer killed during this one round trip loses the
+    # token (its job is still found by a catch-up poll).
+    await lane.line.call("RPUSH", keys.processing(popped), *reply[1])
+    return popped
 
 
 class Heartbeat:

@@ -117,8 +117,10 @@ async def test_a_token_a_busy_listener_passed_over_is_offered_again_once_a_slot_
     await worker.acknowledge_wakes(heard, 1)
     await producer.notify_jobs_scheduled({"u": 1})
     await heard.wait_for(1, within=5)
-    # Heard while the worker's claim filled its one slot: it did not consume it (it had
-    # no slot), and that run is already over when the claim pass reports a free slot.
+    # Heard while the worker's claim filled its one slot: it passed it over (it had no
+    # slot). That pass ends with no slot free; the next, once the run ends, claims
+    # anyway (its slot freed) and leaves the token held.
+    await worker.acknowledge_wakes(heard, 0)
     await worker.acknowledge_wakes(heard, 1)
 
     await heard.wait_for(2, within=5)
@@ -129,6 +131,56 @@ async def test_a_token_a_busy_listener_passed_over_is_offered_again_once_a_slot_
     await producer.notify_jobs_scheduled({"t": 1})
     await heard.wait_for(3, within=5)
     assert heard.calls[2] == ("t",)
+
+
+async def test_a_token_heard_with_a_slot_free_is_not_announced_again_before_it_is_asked(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    """A token heard during a claim pass, with a slot free, is asked for by the next
+    pass: the pass's acknowledgement must not announce it again, or the second ask
+    would take a token another listener is waiting for."""
+    producer, worker, other = adapters
+    heard, other_heard = Recorder(), Recorder()
+    await worker.listen_job_scheduled(["t"], heard)
+    await worker.acknowledge_wakes(heard, 1)
+    await other.listen_job_scheduled(["t"], other_heard)
+    await other.acknowledge_wakes(other_heard, 0)
+    await producer.notify_jobs_scheduled({"t": 1})
+    await heard.wait_for(1, within=5)
+    await producer.notify_jobs_scheduled({"t": 1})  # waits in the list: no one is free
+    await wait_until(lambda: _length(redis, token_list_key(prefix, "t"), 1), timeout=5)
+
+    await worker.acknowledge_wakes(heard, 1)  # the pass during which it was heard ends
+    assert [await worker.consume_wake_hint("t") for _ in heard.calls] == [True]
+    await worker.acknowledge_wakes(heard, 0)
+    await other.acknowledge_wakes(other_heard, 1)
+
+    await other_heard.wait_for(1, within=5)
+    assert heard.calls == [("t",)]
+
+
+async def test_a_listener_that_does_not_ask_is_not_woken_at_every_acknowledgement(
+    adapters: list[RedisNotifyAdapter],
+) -> None:
+    """While its wake budget calls fail, a worker counts every hint as granted without
+    asking: a held token is announced to it again once, not after every pass."""
+    producer, worker, _ = adapters
+    heard = Recorder()
+    await worker.listen_job_scheduled(["t"], heard)
+    await worker.acknowledge_wakes(heard, 1)
+    await producer.notify_jobs_scheduled({"t": 1})
+    await heard.wait_for(1, within=5)
+    await worker.acknowledge_wakes(heard, 1)
+    await worker.acknowledge_wakes(heard, 1)
+    await heard.wait_for(2, within=5)
+
+    for _ in range(3):
+        await worker.acknowledge_wakes(heard, 1)
+    assert len(heard.calls) == 3  # every other pass at most, and each wakes one pass
+
+
+async def _length(redis: Redis, key: str, expected: int) -> bool:
+    return int(await redis.llen(key)) == expected
 
 
 async def test_a_token_moved_once_every_slot_is_spoken_for_goes_back_unannounced(

@@ -18,9 +18,9 @@ The reliable-queue pattern applied to wakeups; the keys are in
   worker also reports its free slots there; no token is moved for a listener with
   none free (a token that arrives anyway goes straight back to the head of its list,
   unannounced). A token announced to a worker while all its slots were busy (it passes
-  it over) is announced to it again when it reports a free slot: held and never
-  consumed, it would count against the free slots for good (as many as there are free
-  slots, and no token is moved any more).
+  it over) is announced to it again once a whole claim pass left it held and the worker
+  reports a free slot: held and never consumed, it would count against the free slots
+  for good (as many as there are free slots, and no token is moved any more).
 - Heartbeat and reaper: every ``consumer_timeout / 3`` the consumer renews its score in
   each type's consumer set and, in the same atomic script (one per lane), returns the
   processing lists of consumers whose score passed to the head of the token lists
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -51,6 +50,7 @@ from queuert_notify.notify.protocol import (
     Unsubscribe,
 )
 from queuert_notify.notify.redis.lists_lines import Lane, ListsPlacement
+from queuert_notify.notify.redis.lists_listeners import WakeListeners
 from queuert_notify.notify.redis.lists_wire import (
     ConsumerKeys,
     Heartbeat,
@@ -89,11 +89,12 @@ class RedisWakeLists:
     Invariants: a token moved into this consumer's processing lists is, at every
     moment, either *held* (announced to callbacks, not consumed), *granted* (consumed
     by ``consume_wake_hint``, not acknowledged) or on its way back to its token list;
-    held plus granted tokens never exceed the free slots listeners reported (no report
-    yet: unbounded), over all lanes; a token still held when a listener of its type
-    reports free slots is announced to that listener again; a killed consumer's tokens
-    go back once its heartbeat lapses; a script call or blocking command names keys of
-    one lane only.
+    the blocking moves stop while held plus granted tokens reach the free slots
+    listeners reported (no report yet: unbounded), over all lanes (a token taken by
+    ``consume_wake_hint`` from the list may go past); a token a listener heard of before
+    its previous acknowledgement and still held when it reports free slots is announced
+    to it again; a killed consumer's tokens go back once its heartbeat lapses; a script
+    call or blocking command names keys of one lane only.
     """
 
     def __init__(
@@ -117,9 +118,7 @@ class RedisWakeLists:
         self._lane_of: dict[str, Lane] = {}  # by type listened to
         self._held: Counter[str] = Counter()
         self._granted: Counter[str] = Counter()
-        self._registered: Counter[TypeNameCallback] = Counter()
-        self._types_of: dict[TypeNameCallback, Counter[str]] = {}  # registered, by callback
-        self._free: dict[TypeNameCallback, int] = {}
+        self._listeners = WakeListeners()
         self._changed = asyncio.Event()
         self._arrival = asyncio.Event()
         self._reconnect_callbacks: dict[int, SignalCallback] = {}
@@ -199,13 +198,15 @@ class RedisWakeLists:
     async def acknowledge_wakes(self, callback: TypeNameCallback, free_slots: int) -> None:
         """Remove every granted token from the processing lists (the claim they woke is
         done), record that ``callback``'s listener has ``free_slots`` free, and announce
-        to it again, up to that many, the tokens of its types still held: its claim pass
-        is over, so it passed them over (heard while every slot was busy)."""
-        if callback in self._registered:
+        to it again, up to that many, the tokens of its types still held that it heard of
+        before its previous acknowledgement: a token heard with a slot free is asked for
+        by the next pass, so one a whole pass left held was passed over (heard while
+        every slot was busy)."""
+        if callback in self._listeners:
             # Recorded first: the blocking loops follow the worker's slots even while
             # Redis is unreachable.
-            self._free[callback] = max(free_slots, 0)
-            self._announce_held(callback, free_slots)
+            for type_name in self._listeners.report(callback, free_slots, self._held):
+                self._listener.run_callback(callback, type_name)
         self._changed.set()
         await self._ready()
         granted, self._granted = self._granted, Counter()
@@ -226,9 +227,7 @@ class RedisWakeLists:
         await self._ready()
         names = [encode_payload("type name", name) for name in type_names]
         unsubscribes: list[Unsubscribe] = []
-        self._registered[callback] += 1
-        types = self._types_of.setdefault(callback, Counter())
-        types.update(dict.fromkeys(names, 1))
+        self._listeners.add(callback, names)
         done = False
 
         async def unsubscribe_all() -> None:
@@ -236,12 +235,7 @@ class RedisWakeLists:
             if done:
                 return
             done = True
-            self._registered[callback] -= 1
-            types.subtract(dict.fromkeys(names, 1))
-            if self._registered[callback] <= 0:
-                del self._registered[callback]
-                self._types_of.pop(callback, None)
-                self._free.pop(callback, None)
+            self._listeners.remove(callback, names)
             for unsubscribe in unsubscribes:
                 await unsubscribe()
             self._changed.set()
@@ -369,7 +363,7 @@ class RedisWakeLists:
                     await self._sync(lane)
                     synced = True
                 self._restored(lane)
-                if self._outstanding() >= self._demand():
+                if self._outstanding() >= self._listeners.demand():
                     self._changed.clear()
                     if not stop.is_set():  # set before _changed: no wakeup is lost
                         await self._changed.wait()
@@ -390,7 +384,7 @@ class RedisWakeLists:
             backoff.reset()
 
     async def _arrived(self, type_name: str) -> None:
-        if self._outstanding() >= self._demand():
+        if self._outstanding() >= self._listeners.demand():
             # Every listener filled up while we were blocked: back to the head of its
             # list, unannounced (a held token nobody heard of would wait for good), where
             # the next consumer waiting takes it at once, or we once a slot frees.
@@ -398,18 +392,8 @@ class RedisWakeLists:
             return
         self._held[type_name] += 1
         self._arrival.set()
+        self._listeners.tell(type_name)
         self._listener.dispatch(type_name, type_name, type_name)
-
-    def _announce_held(self, callback: TypeNameCallback, free_slots: int) -> None:
-        """Announce to ``callback`` again, up to ``free_slots``, the tokens still held
-        for its types (a listener that consumes them now may be another one, which then
-        takes a token from the list: one round trip, no wake lost)."""
-        left = free_slots
-        for type_name, listening in self._types_of.get(callback, Counter()).items():
-            count = min(self._held[type_name], left) if listening > 0 else 0
-            for _ in range(count):
-                self._listener.run_callback(callback, type_name)
-            left -= count
 
     async def _sync(self, lane: Lane) -> None:
         """Connect where the lane's keys live, learn the connection's id, re-register
@@ -431,7 +415,7 @@ class RedisWakeLists:
 
     async def _return_surplus(self) -> None:
         """Give back held tokens beyond what listeners want."""
-        surplus = min(self._outstanding() - self._demand(), sum(self._held.values()))
+        surplus = min(self._outstanding() - self._listeners.demand(), sum(self._held.values()))
         for type_name in list(self._held):
             if surplus <= 0:
                 return
@@ -474,14 +458,6 @@ class RedisWakeLists:
 
     def _outstanding(self) -> int:
         return sum(self._held.values()) + sum(self._granted.values())
-
-    def _demand(self) -> float:
-        """How many tokens listeners want at once (unbounded until they report)."""
-        if not self._registered:
-            return 0
-        if any(callback not in self._free for callback in self._registered):
-            return math.inf
-        return sum(self._free.values())
 
     def _fire_reconnect(self) -> None:
         for callback in list(self._reconnect_callbacks.values()):

@@ -110,8 +110,7 @@ _FINISHED_JOB_FIELDS: tuple[tuple[str, TypeEngine[Any]], ...] = (
     ("output", _JSONB),
     ("finishes", Boolean()),
 )
-"""The items of each row of :meth:`PostgresStatements.complete`'s ``done`` document:
-a :class:`FinishedJob`'s fields, in its order (the tuple is sent as it is)."""
+"""The items of each row of :meth:`PostgresStatements.complete`'s ``done`` document."""
 
 _NEXT_JOB_FIELDS: tuple[tuple[str, TypeEngine[Any]], ...] = (
     ("previous_id", String()),
@@ -316,7 +315,10 @@ class PostgresStatements:
         :data:`NEEDS_TRANSACTION` in the error, and nothing is written: run it again
         in a transaction.
         """
-        # In the order of _NEXT_JOB_FIELDS; a job due now is sent without its time.
+        # Rows in the order of _FINISHED_JOB_FIELDS and _NEXT_JOB_FIELDS, as lists (an
+        # engine's json_serializer may refuse a tuple's subclass, as orjson does); a next
+        # job due now is sent without its time.
+        done = [[c.job_id, c.lease_token, c.output, c.finishes] for c in completions]
         follow = [
             [
                 row["previous_id"],
@@ -332,7 +334,7 @@ class PostgresStatements:
             for row in next_jobs
         ]
         ids = [c.job_id for c in completions]
-        params = {"done": completions, "ids": ids, "follow": follow, "now": now, "alone": alone}
+        params = {"done": done, "ids": ids, "follow": follow, "now": now, "alone": alone}
         return Query(self._complete_records if records else self._complete_ids, params)
 
     @cached_property
@@ -397,8 +399,8 @@ class PostgresStatements:
         done = (
             update(jobs)
             .where(
-                # The ids again as an array: a generic plan estimates a JSON recordset at
-                # 100 rows and, below some 20,000 jobs, would scan the table to join it.
+                # The ids again as an array: a generic plan estimates a JSON document's
+                # rows at 100 and, below some 20,000 jobs, would scan the table to join it.
                 jobs.c.id == func.any(bindparam("ids", type_=ARRAY(String()))),
                 jobs.c.id == given.c.job_id,
                 jobs.c.lease_token == given.c.lease_token,

@@ -1,8 +1,9 @@
 """The SQL only Postgres has: the one-statement start of new chains and the
-one-statement completion, each fed with a JSON document (``jsonb_array_elements`` of
-one array per job for a start, ``jsonb_to_recordset`` for a completion) so it has one
-shape whatever the batch size, is planned once, and is one round trip when it runs
-alone. Same calling convention as :mod:`state_adapters.statements.queue`."""
+one-statement completion, each fed with JSON documents of one array per job
+(``jsonb_array_elements``) so it has one shape whatever the batch size, is planned
+once, and is one round trip when it runs alone. What is the same for every job (the
+time) is bound once, not sent in each array. Same calling convention as
+:mod:`state_adapters.statements.queue`."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import Subquery, TableValuedAlias, TextualSelect
+from sqlalchemy.sql.selectable import Subquery, TextualSelect
 from sqlalchemy.types import TypeEngine
 
 from state_adapters.schema import Tables, UtcDateTime
@@ -51,20 +52,10 @@ _JSONB = JSONB()
 _POSTGRES = postgresql.dialect()  # type: ignore[no-untyped-call]
 
 
-def _json_records(parameter: str, **columns: TypeEngine[Any]) -> TableValuedAlias:
-    """The rows of a JSON array bound as one parameter (``jsonb_to_recordset``), with
-    typed columns."""
-    return (
-        func.jsonb_to_recordset(bindparam(parameter, type_=_JSONB))
-        .table_valued(*(column(name, type_) for name, type_ in columns.items()))
-        .render_derived(with_types=True)
-    )
-
-
 def _json_tuples(parameter: str, *fields: tuple[str, TypeEngine[Any]]) -> Subquery:
     """The rows of a JSON array of arrays bound as one parameter
     (``jsonb_array_elements``), each inner array's items in the order of ``fields``
-    (name, type): a JSON ``null`` is SQL ``NULL``, as ``jsonb_to_recordset`` makes it.
+    (name, type): a JSON ``null`` is SQL ``NULL`` (as ``jsonb_to_recordset`` makes it).
 
     Postgres reads such a document in about two thirds of the time of the same rows as
     objects for ``jsonb_to_recordset`` (no key to look up, less to parse), and the
@@ -112,6 +103,27 @@ _FIRST_JOB_FIELDS: tuple[tuple[str, TypeEngine[Any]], ...] = (
     ("concurrency_key", String()),
 )
 """The items of each row of :meth:`PostgresStatements.insert_first_jobs`' document."""
+
+_FINISHED_JOB_FIELDS: tuple[tuple[str, TypeEngine[Any]], ...] = (
+    ("job_id", String()),
+    ("lease_token", String()),
+    ("output", _JSONB),
+    ("finishes", Boolean()),
+)
+"""The items of each row of :meth:`PostgresStatements.complete`'s ``done`` document."""
+
+_NEXT_JOB_FIELDS: tuple[tuple[str, TypeEngine[Any]], ...] = (
+    ("previous_id", String()),
+    ("id", String()),
+    ("type_name", String()),
+    ("input", _JSONB),
+    ("priority", Integer()),
+    ("scheduled_at", DateTime(timezone=True)),  # NULL: the completion's time
+    ("max_attempts", Integer()),
+    ("trace_context", String()),
+    ("concurrency_key", String()),
+)
+"""The items of each row of :meth:`PostgresStatements.complete`'s ``follow`` document."""
 
 
 class PostgresStatements:
@@ -303,25 +315,25 @@ class PostgresStatements:
         :data:`NEEDS_TRANSACTION` in the error, and nothing is written: run it again
         in a transaction.
         """
-        done = [
-            {"id": c.job_id, "token": c.lease_token, "output": c.output, "finishes": c.finishes}
-            for c in completions
-        ]
+        # Rows in the order of _FINISHED_JOB_FIELDS and _NEXT_JOB_FIELDS, as lists (an
+        # engine's json_serializer may refuse a tuple's subclass, as orjson does); a next
+        # job due now is sent without its time.
+        done = [[c.job_id, c.lease_token, c.output, c.finishes] for c in completions]
         follow = [
-            {
-                "previous_id": row["previous_id"],
-                "id": row["id"],
-                "type_name": row["type_name"],
-                "input": row["input"],
-                "priority": row["priority"],
-                "scheduled_at": row["scheduled_at"].isoformat(),
-                "max_attempts": row["max_attempts"],
-                "trace_context": row["trace_context"],
-                "concurrency_key": row["concurrency_key"],
-            }
+            [
+                row["previous_id"],
+                row["id"],
+                row["type_name"],
+                row["input"],
+                row["priority"],
+                None if row["scheduled_at"] is now else row["scheduled_at"].isoformat(),
+                row["max_attempts"],
+                row["trace_context"],
+                row["concurrency_key"],
+            ]
             for row in next_jobs
         ]
-        ids = [row["id"] for row in done]
+        ids = [c.job_id for c in completions]
         params = {"done": done, "ids": ids, "follow": follow, "now": now, "alone": alone}
         return Query(self._complete_records if records else self._complete_ids, params)
 
@@ -372,9 +384,7 @@ class PostgresStatements:
         t = self.tables
         jobs, chains = t.jobs, t.chains
         now = bindparam("now", type_=UtcDateTime())
-        given = _json_records(
-            "done", id=String(), token=String(), output=_JSONB, finishes=Boolean()
-        )
+        given = _json_tuples("done", *_FINISHED_JOB_FIELDS)
         returned = (
             self.job_columns
             if records
@@ -389,29 +399,18 @@ class PostgresStatements:
         done = (
             update(jobs)
             .where(
-                # The ids again as an array: a generic plan estimates a JSON recordset at
-                # 100 rows and, below some 20,000 jobs, would scan the table to join it.
+                # The ids again as an array: a generic plan estimates a JSON document's
+                # rows at 100 and, below some 20,000 jobs, would scan the table to join it.
                 jobs.c.id == func.any(bindparam("ids", type_=ARRAY(String()))),
-                jobs.c.id == given.c.id,
-                jobs.c.lease_token == given.c.token,
+                jobs.c.id == given.c.job_id,
+                jobs.c.lease_token == given.c.lease_token,
                 status_by_key(jobs.c.status) == "running",
             )
             .values(status="completed", output=given.c.output, completed_at=now, leased_until=None)
             .returning(*returned, given.c.finishes)
             .cte("done")
         )
-        follow = _json_records(
-            "follow",
-            previous_id=String(),
-            id=String(),
-            type_name=String(),
-            input=_JSONB,
-            priority=Integer(),
-            scheduled_at=DateTime(timezone=True),
-            max_attempts=Integer(),
-            trace_context=String(),
-            concurrency_key=String(),
-        )
+        follow = _json_tuples("follow", *_NEXT_JOB_FIELDS)
         next_values = {
             "id": follow.c.id,
             "chain_id": done.c.chain_id,
@@ -421,10 +420,10 @@ class PostgresStatements:
             "status": literal("pending"),
             "priority": follow.c.priority,
             "created_at": now,
-            "scheduled_at": follow.c.scheduled_at,
-            "attempt": literal(0),
+            "scheduled_at": func.coalesce(follow.c.scheduled_at, now),
+            "attempt": literal_column("0", Integer),
             "max_attempts": follow.c.max_attempts,
-            "blockers_pending": literal(0),
+            "blockers_pending": literal_column("0", Integer),
             "trace_context": follow.c.trace_context,
             # A continuation keeps its chain's key unless given one.
             "concurrency_key": func.coalesce(follow.c.concurrency_key, done.c.concurrency_key),

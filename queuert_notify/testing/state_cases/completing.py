@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -59,6 +60,31 @@ class CompletingCases:
         assert chain.status == "completed" and chain.output == "end"
         page = await state.list_jobs(chain_id=started.id)
         assert [j.chain_index for j in page.items] == [0, 1]
+
+    async def test_a_batch_schedules_each_next_job_at_its_own_run_at(self, state: Any) -> None:
+        # A completion's statement may leave out the time of a next job due now
+        # (Postgres does).
+        for n in range(4):
+            await start(state, "first", n)
+        jobs = await claim(state, ["first"], limit=4)
+        now = datetime.now(UTC)
+        run_ats = [None, now - timedelta(hours=1), now + timedelta(hours=1), None]
+        nexts = [
+            NewJob("second", n, run_at=r, max_attempts=n or None, trace_context=f"tc{n}")
+            for n, r in enumerate(run_ats)
+        ]
+        await state.complete_jobs(
+            [Completion(j.id, token(j), continue_with=ContinueWith(nexts[j.input])) for j in jobs],
+            notes=NotificationBuffer(),
+        )
+        page = await state.list_jobs(type_name="second")
+        second = {j.input: j for j in page.items}
+        assert [second[n].max_attempts for n in range(4)] == [None, 1, 2, 3]
+        assert [second[n].trace_context for n in range(4)] == ["tc0", "tc1", "tc2", "tc3"]
+        assert second[2].scheduled_at == now + timedelta(hours=1)
+        due = [second[0], second[1], second[3]]
+        assert all(now - timedelta(seconds=1) <= j.scheduled_at == j.created_at for j in due)
+        assert {j.id for j in await claim(state, ["second"], limit=10)} == {j.id for j in due}
 
     async def test_a_stale_completion_changes_nothing_and_others_in_the_batch_apply(
         self, state: Any

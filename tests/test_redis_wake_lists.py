@@ -112,11 +112,7 @@ async def test_a_token_a_busy_listener_passed_over_is_offered_again_once_a_slot_
     adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
 ) -> None:
     producer, worker, _ = adapters
-    heard = Recorder()
-    await worker.listen_job_scheduled(["t", "u"], heard)
-    await worker.acknowledge_wakes(heard, 1)
-    await producer.notify_jobs_scheduled({"u": 1})
-    await heard.wait_for(1, within=5)
+    heard = await _heard_one(producer, worker, ["t", "u"], "u")
     # Heard while the worker's claim filled its one slot: it passed it over (it had no
     # slot). That pass ends with no slot free; the next, once the run ends, claims
     # anyway (its slot freed) and leaves the token held.
@@ -165,11 +161,7 @@ async def test_a_listener_that_does_not_ask_is_not_woken_at_every_acknowledgemen
     """While its wake budget calls fail, a worker counts every hint as granted without
     asking: a held token is announced to it again once, not after every pass."""
     producer, worker, _ = adapters
-    heard = Recorder()
-    await worker.listen_job_scheduled(["t"], heard)
-    await worker.acknowledge_wakes(heard, 1)
-    await producer.notify_jobs_scheduled({"t": 1})
-    await heard.wait_for(1, within=5)
+    heard = await _heard_one(producer, worker, ["t"], "t")
     await worker.acknowledge_wakes(heard, 1)
     await worker.acknowledge_wakes(heard, 1)
     await heard.wait_for(2, within=5)
@@ -177,6 +169,19 @@ async def test_a_listener_that_does_not_ask_is_not_woken_at_every_acknowledgemen
     for _ in range(3):
         await worker.acknowledge_wakes(heard, 1)
     assert len(heard.calls) == 3  # every other pass at most, and each wakes one pass
+
+
+async def _heard_one(
+    producer: RedisNotifyAdapter, worker: RedisNotifyAdapter, types: list[str], pushed: str
+) -> Recorder:
+    """A listener of ``types`` on ``worker`` with one slot free, once it heard of one
+    token of ``pushed``."""
+    heard = Recorder()
+    await worker.listen_job_scheduled(types, heard)
+    await worker.acknowledge_wakes(heard, 1)
+    await producer.notify_jobs_scheduled({pushed: 1})
+    await heard.wait_for(1, within=5)
+    return heard
 
 
 async def _length(redis: Redis, key: str, expected: int) -> bool:

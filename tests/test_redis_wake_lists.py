@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import NoPermissionError
 
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.errors import ConfigurationError
@@ -23,6 +25,7 @@ from queuert_notify.notify.redis.shared import (
 from queuert_notify.testing import Recorder
 from tests.support.queue_helpers import wait_until
 from tests.support.redis_helpers import delete_prefix, named
+from tests.support.services import own_redis_server
 
 
 @pytest.fixture
@@ -169,6 +172,37 @@ async def test_a_listener_that_does_not_ask_is_not_woken_at_every_acknowledgemen
     for _ in range(3):
         await worker.acknowledge_wakes(heard, 1)
     assert len(heard.calls) == 3  # every other pass at most, and each wakes one pass
+
+
+async def test_a_token_whose_acknowledgement_failed_is_counted_again_not_waited_for(
+    tmp_path: Path,
+) -> None:
+    """The acknowledgement's LREM refused (here by the user's ACL, a private server):
+    the token stays in the processing list, counted nowhere. The lane counts its list
+    again and adopts it (announced, consumed and acknowledged as any other), instead of
+    every later consume that finds the list empty waiting for it as one in flight."""
+    for server in own_redis_server(tmp_path):
+        admin = Redis.from_url(server.url, decode_responses=True)
+        await admin.acl_setuser("worker", enabled=True, passwords=["+pw"], keys=["*"],
+                                channels=["*"], commands=["+@all"])  # fmt: skip
+        worker_url = server.url.replace("redis://", "redis://worker:pw@")
+        async with (
+            RedisNotifyAdapter(server.url, prefix="p", wake="lists") as producer,
+            RedisNotifyAdapter(worker_url, prefix="p", wake="lists") as worker,
+        ):
+            heard = await _heard_one(producer, worker, ["t"], "t")
+            assert await worker.consume_wake_hint("t") is True
+            await admin.acl_setuser("worker", commands=["-lrem"])
+            with pytest.raises(NoPermissionError):
+                await worker.acknowledge_wakes(heard, 1)
+            await admin.acl_setuser("worker", commands=["+lrem"])
+
+            await heard.wait_for(2, within=10)
+            assert await worker.consume_wake_hint("t") is True
+            await worker.acknowledge_wakes(heard, 1)
+            (consumer,) = await admin.zrange(consumers_key("p", "t"), 0, -1)
+            assert await admin.llen(processing_key("p", "t", consumer)) == 0
+        await admin.aclose()
 
 
 async def _heard_one(

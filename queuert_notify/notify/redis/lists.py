@@ -210,12 +210,22 @@ class RedisWakeLists:
         self._changed.set()
         await self._ready()
         granted, self._granted = self._granted, Counter()
-        if granted:
-            async with self._commands.pipeline(transaction=False) as pipe:
-                for type_name, count in granted.items():
-                    pipe.lrem(self._keys.processing(type_name), count, _TOKEN)
-                await pipe.execute()
-        await self._return_surplus()
+        try:
+            if granted:
+                async with self._commands.pipeline(transaction=False) as pipe:
+                    for type_name, count in granted.items():
+                        pipe.lrem(self._keys.processing(type_name), count, _TOKEN)
+                    await pipe.execute()
+            await self._return_surplus()
+        except BaseException:
+            # Whether the removals or give-backs were carried out is unknown: a token
+            # left in a processing list, counted nowhere, would make every consume that
+            # finds its list empty wait for it as one in flight. Each lane counts its
+            # lists again before it next blocks, adopting what is still there.
+            for lane in self._lanes.values():
+                lane.recount = True
+            self._changed.set()
+            raise
 
     # -- listening -------------------------------------------------------------------
 
@@ -362,6 +372,8 @@ class RedisWakeLists:
                 if not synced:
                     await self._sync(lane)
                     synced = True
+                elif lane.recount:
+                    await self._adopt(lane)
                 self._restored(lane)
                 if self._outstanding() >= self._listeners.demand():
                     self._changed.clear()
@@ -404,6 +416,13 @@ class RedisWakeLists:
             return
         lane.client_id = await lane.line.open()
         await self._beat(keys=self._keys.beat_keys(types), args=self._keys.beat_args(types))
+        await self._adopt(lane)
+
+    async def _adopt(self, lane: Lane) -> None:
+        """Adopt the tokens in the lane's processing lists that are neither held nor
+        granted (announced as if just moved)."""
+        lane.recount = False
+        types = list(lane.types)
         async with self._commands.pipeline(transaction=False) as pipe:
             for type_name in types:
                 pipe.llen(self._keys.processing(type_name))

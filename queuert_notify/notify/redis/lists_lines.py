@@ -204,3 +204,4 @@ class Lane:
     task: asyncio.Task[None] | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     client_id: int | None = None  # of the line's connection, to unblock it
+    recount: bool = False  # count the processing lists again before blocking next

@@ -14,6 +14,7 @@ from redis.exceptions import NoPermissionError
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
+from queuert_notify.notify.redis import lists_listeners
 from queuert_notify.notify.redis.lists_wire import TOKEN_CAP
 from queuert_notify.notify.redis.shared import (
     channel_name,
@@ -159,10 +160,12 @@ async def test_a_token_heard_with_a_slot_free_is_not_announced_again_before_it_i
 
 
 async def test_a_listener_that_does_not_ask_is_not_woken_at_every_acknowledgement(
-    adapters: list[RedisNotifyAdapter],
+    adapters: list[RedisNotifyAdapter], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While its wake budget calls fail, a worker counts every hint as granted without
-    asking: a held token is announced to it again once, not after every pass."""
+    asking: a held token is announced to it again once, not after every pass (the look
+    a while after a report, tested below, put off past the test)."""
+    monkeypatch.setattr(lists_listeners, "ANNOUNCE_AGAIN_AFTER", 3600.0)
     producer, worker, _ = adapters
     heard = await _heard_one(producer, worker, ["t"], "t")
     await worker.acknowledge_wakes(heard, 1)
@@ -172,6 +175,29 @@ async def test_a_listener_that_does_not_ask_is_not_woken_at_every_acknowledgemen
     for _ in range(3):
         await worker.acknowledge_wakes(heard, 1)
     assert len(heard.calls) == 3  # every other pass at most, and each wakes one pass
+
+
+async def test_a_token_a_listener_counted_as_granted_without_taking_it_is_announced_again(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    """A worker whose wake budget calls fail counts a hint as granted without asking:
+    the token it heard with a slot free stays held, filling the free slots it reports.
+    It is announced again a moment after that report (no later pass need come), and
+    the next token waits for nothing once it is taken."""
+    producer, worker, _ = adapters
+    heard = Recorder()
+    await worker.listen_job_scheduled(["t"], heard)
+    await worker.acknowledge_wakes(heard, 2)
+    await producer.notify_jobs_scheduled({"t": 1})
+    await heard.wait_for(1, within=5)
+    await worker.acknowledge_wakes(heard, 1)  # claimed its job, did not take the token
+    await producer.notify_jobs_scheduled({"t": 1})  # held + granted = 1 = demand: it waits
+
+    await heard.wait_for(2, within=10)
+    assert await worker.consume_wake_hint("t") is True
+    await worker.acknowledge_wakes(heard, 1)
+    await heard.wait_for(3, within=10)
+    assert await redis.llen(token_list_key(prefix, "t")) == 0
 
 
 async def test_a_token_whose_acknowledgement_failed_is_counted_again_not_waited_for(

@@ -118,7 +118,7 @@ class RedisWakeLists:
         self._lane_of: dict[str, Lane] = {}  # by type listened to
         self._held: Counter[str] = Counter()
         self._granted: Counter[str] = Counter()
-        self._listeners = WakeListeners()
+        self._listeners = WakeListeners(self._held, self._listener.run_callback)
         self._changed = asyncio.Event()
         self._arrival = asyncio.Event()
         self._reconnect_callbacks: dict[int, SignalCallback] = {}
@@ -205,8 +205,7 @@ class RedisWakeLists:
         if callback in self._listeners:
             # Recorded first: the blocking loops follow the worker's slots even while
             # Redis is unreachable.
-            for type_name in self._listeners.report(callback, free_slots, self._held):
-                self._listener.run_callback(callback, type_name)
+            self._listeners.report(callback, free_slots)
         self._changed.set()
         await self._ready()
         granted, self._granted = self._granted, Counter()
@@ -277,6 +276,7 @@ class RedisWakeLists:
         if self._closed:
             return
         self._closed = True
+        self._listeners.stop()
         lanes = list(self._lanes.values())
         try:
             await asyncio.gather(*(self._stop_lane(lane) for lane in lanes))

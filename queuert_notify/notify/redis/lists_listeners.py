@@ -4,23 +4,37 @@ each last reported, and the tokens each was told of since (see
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from queuert_notify.notify.protocol import TypeNameCallback
+
+ANNOUNCE_AGAIN_AFTER = 1.0
+"""Seconds after a report that a listener is told again of tokens still held for it
+(those it heard of before: a listener may count a token as granted without taking it,
+while its wake budget calls fail)."""
 
 
 class WakeListeners:
     """Invariants: a listener is known from its first registration to its last
     unregistration, however many overlap; ``told`` counts, per listener, the tokens
-    announced to it since its last report, and only of types it listens to."""
+    announced to it since its last report (or the look again after it), and only of
+    types it listens to; a held token is announced again only to a listener that was
+    told of it before that, at most once per report and once a while after it."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, held: Counter[str], announce: Callable[[TypeNameCallback, str], None]
+    ) -> None:
+        self._held = held
+        """The consumer's held tokens, by type (its own counter, read here)."""
+        self._announce = announce
         self._registrations: Counter[TypeNameCallback] = Counter()
         self._types_of: dict[TypeNameCallback, Counter[str]] = {}
         self._free: dict[TypeNameCallback, int] = {}
         self._told: dict[TypeNameCallback, Counter[str]] = {}
+        self._later: dict[TypeNameCallback, asyncio.TimerHandle] = {}
 
     def __bool__(self) -> bool:
         return bool(self._registrations)
@@ -41,6 +55,12 @@ class WakeListeners:
             self._types_of.pop(callback, None)
             self._free.pop(callback, None)
             self._told.pop(callback, None)
+            self._forget_later(callback)
+
+    def stop(self) -> None:
+        """Look again at no listener (the consumer is closing)."""
+        for callback in list(self._later):
+            self._forget_later(callback)
 
     def demand(self) -> float:
         """How many tokens listeners want at once (unbounded until every one reported)."""
@@ -56,24 +76,43 @@ class WakeListeners:
             if types[type_name] > 0:
                 self._told.setdefault(callback, Counter())[type_name] += 1
 
-    def report(
-        self, callback: TypeNameCallback, free_slots: int, held: Counter[str]
-    ) -> Iterator[str]:
-        """``callback``'s listener has ``free_slots`` free after a claim pass: the type of
-        every ``held`` token to announce to it again, up to that many. Those it was told
-        of since its previous report are left out (a token heard with a slot free is
-        asked for by the next pass; one a whole pass left held was passed over, heard
-        while every slot was busy). What is announced again counts as told, so a
-        listener that does not ask (its budget calls failing, every hint counted as
-        granted) is not woken pass after pass."""
+    def report(self, callback: TypeNameCallback, free_slots: int) -> None:
+        """``callback``'s listener has ``free_slots`` free after a claim pass: announce
+        to it again, up to that many, the held tokens of its types it was told of before
+        its previous report (a token heard with a slot free is asked for by the next
+        pass; one a whole pass left held was passed over, heard while every slot was
+        busy); and look again :data:`ANNOUNCE_AGAIN_AFTER` seconds later, unless it
+        reports first."""
         self._free[callback] = max(free_slots, 0)
+        self._forget_later(callback)
+        self._announce_again(callback)
+        if any(self._held[name] for name, n in self._types_of[callback].items() if n > 0):
+            self._later[callback] = asyncio.get_running_loop().call_later(
+                ANNOUNCE_AGAIN_AFTER, self._look_again, callback
+            )
+
+    def _look_again(self, callback: TypeNameCallback) -> None:
+        self._later.pop(callback, None)
+        if callback in self._registrations:
+            self._announce_again(callback)
+
+    def _announce_again(self, callback: TypeNameCallback) -> None:
+        """Announce the held tokens ``callback`` was not told of since the last look, up
+        to its free slots; what is announced counts as told (so a listener that does not
+        ask is not woken pass after pass)."""
         told = self._told.pop(callback, Counter())
         again: Counter[str] = Counter()
-        left = free_slots
-        for type_name, listening in self._types_of[callback].items():
-            count = max(min(held[type_name] - told[type_name], left), 0) if listening > 0 else 0
-            again[type_name] = count
+        left = self._free[callback]
+        for name, listening in self._types_of[callback].items():
+            count = max(min(self._held[name] - told[name], left), 0) if listening > 0 else 0
+            for _ in range(count):
+                self._announce(callback, name)
+            again[name] = count
             left -= count
         if +again:
             self._told[callback] = +again
-        return again.elements()
+
+    def _forget_later(self, callback: TypeNameCallback) -> None:
+        later = self._later.pop(callback, None)
+        if later is not None:
+            later.cancel()

@@ -207,8 +207,8 @@ def _variant(
     return runner.Variant(label, one_round)
 
 
-async def _insert_as_batch(self: Any, conn: Any, job_rows: Any) -> None:
-    query = self._own.insert_first_jobs(job_rows)
+async def _insert_as_batch(self: Any, conn: Any, firsts: Any, now: Any) -> None:
+    query = self._own.insert_first_jobs(firsts, now)
     await self.compiled(query.statement).rows(conn, query.params)
 
 

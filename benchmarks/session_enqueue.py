@@ -81,22 +81,13 @@ def _queue_statement(state: Any) -> tuple[str, Callable[[], Sequence[Any]]]:
     chain id each), from the state layer's own definitions."""
     from state_adapters.ids import new_id
     from state_adapters.model import NewJob
-    from state_adapters.statements.records import job_row
+    from state_adapters.statements.records import FirstJob
 
     database = state._db
 
     def query() -> Any:
-        chain_id = new_id()
-        row = job_row(
-            NewJob("bench-start", {"n": 1}),
-            job_id=chain_id,
-            chain_id=chain_id,
-            chain_index=0,
-            now=datetime.now(UTC),
-            dedup_key=None,
-            blockers_pending=0,
-        )
-        return database._own.insert_first_jobs([row])
+        first = FirstJob(NewJob("bench-start", {"n": 1}), new_id(), None, 0)
+        return database._own.insert_first_jobs([first], datetime.now(UTC))
 
     def arguments() -> Sequence[Any]:
         made = query()

@@ -25,6 +25,7 @@ from state_adapters.sqlite.driver import DriverTransaction
 from state_adapters.statements.chains import ChainStatements
 from state_adapters.statements.compiled import CompiledStatement
 from state_adapters.statements.queue import Statements
+from state_adapters.statements.records import FirstJob
 from state_adapters.steps.completion import Completed, FinishedJob
 from state_adapters.steps.limited_claims import LimitedClaim
 
@@ -111,8 +112,10 @@ class Database(Protocol):
         in a transaction; it wrote nothing."""
         ...
 
-    async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
-        """Insert new chains and their first jobs, given the first jobs' rows."""
+    async def insert_first_jobs(
+        self, conn: Conn, firsts: Sequence[FirstJob], now: datetime
+    ) -> None:
+        """Insert new chains and their first jobs, created at ``now``."""
         ...
 
     async def storage_health(self, conn: Any, limits: HealthThresholds) -> StorageHealth:

@@ -53,6 +53,8 @@ def check_json(value: Any, what: str) -> Any:
     # (subclasses of the JSON types included) minus what a database would refuse or
     # change. Every value runs through it (inputs, outputs, progress), so it records
     # (node, parent position, key, depth) and spells a path out only for an error.
+    if value is None:  # most inputs of a batch of starts: no walk to set up
+        return None
     nodes: list[tuple[Any, int, Any, int]] = [(value, -1, None, 0)]
     stack = [0]
     while stack:

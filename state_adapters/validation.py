@@ -15,7 +15,6 @@ through a write or comes back changed:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,7 +29,7 @@ MAX_DEDUP_KEY_LENGTH = 255
 MAX_TRACE_CONTEXT_LENGTH = 8192
 """Characters; W3C ``traceparent`` + ``tracestate`` + ``baggage`` fit with room to spare."""
 DEDUP_SCOPES = ("incomplete", "ever")
-_ID_FORM = re.compile(f"[0-9a-f]{{{ID_LENGTH}}}")
+_ID_DIGITS = "0123456789abcdef"
 SQL_INT_MIN, SQL_INT_MAX = -(2**31), 2**31 - 1
 """Range of the SQL ``INTEGER`` columns priority and max_attempts."""
 MAX_SECONDS = 1000 * 365 * 24 * 3600.0
@@ -285,7 +284,8 @@ def new_chain(
     adapter."""
     if isinstance(blockers, str):
         raise InvalidInputError("blockers must be a sequence of chain ids, not one string")
-    unique_blockers = tuple(dict.fromkeys(blockers))
+    # Most chains have none (the default, an empty tuple): no dict to build.
+    unique_blockers = () if blockers == () else tuple(dict.fromkeys(blockers))
     check_new_job(job)
     _check_chain_options(chain_id, dedup_key, dedup_scope, dedup_window, unique_blockers)
     # Built once, marked validated: a copy by ``dataclasses.replace`` was half the time
@@ -335,7 +335,9 @@ def check_new_job(job: object) -> None:
 
 def is_id(value: object) -> bool:
     """Whether ``value`` has the form of :func:`~state_adapters.ids.new_id`'s ids."""
-    return isinstance(value, str) and _ID_FORM.fullmatch(value) is not None
+    # Stripping the digits leaves nothing only if every character is one of them: two
+    # thirds of the time of a regular expression's fullmatch, once per chain of a batch.
+    return isinstance(value, str) and len(value) == ID_LENGTH and not value.strip(_ID_DIGITS)
 
 
 def check_new_chain(chain: object) -> None:

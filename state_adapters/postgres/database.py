@@ -36,6 +36,7 @@ from state_adapters.schema import Tables
 from state_adapters.statements.chains import ChainStatements
 from state_adapters.statements.compiled import CompiledStatements
 from state_adapters.statements.queue import JOB_FIELDS, Statements
+from state_adapters.statements.records import FirstJob
 from state_adapters.steps.completion import Completed, FinishedJob
 from state_adapters.steps.limited_claims import LimitedClaim, settled
 from state_adapters.steps.pruning import PruningStatements
@@ -196,11 +197,13 @@ class Postgres:
             and NEEDS_TRANSACTION in str(exc.orig)
         )
 
-    async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
-        if len(job_rows) == 1:
-            query = self._own.insert_first_job(job_rows[0])
+    async def insert_first_jobs(
+        self, conn: Conn, firsts: Sequence[FirstJob], now: datetime
+    ) -> None:
+        if len(firsts) == 1:
+            query = self._own.insert_first_job(firsts[0].row(now))
         else:
-            query = self._own.insert_first_jobs(job_rows)
+            query = self._own.insert_first_jobs(firsts, now)
         await self.compiled(query.statement).rows(conn, query.params)
 
     async def storage_health(self, conn: Any, limits: HealthThresholds) -> StorageHealth:

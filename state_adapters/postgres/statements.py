@@ -41,6 +41,7 @@ from sqlalchemy.types import TypeEngine
 from state_adapters.schema import Tables, UtcDateTime
 from state_adapters.statements.limited_claims import UNKEYED_WINDOW
 from state_adapters.statements.queue import Query, job_columns
+from state_adapters.statements.records import FirstJob
 from state_adapters.steps.completion import FinishedJob
 from state_adapters.steps.limited_claims import MAX_KEYS_VISITED, RATE_STEPS
 
@@ -168,28 +169,31 @@ class PostgresStatements:
         outcome = column("outcome", _JSONB)
         return call.columns(outcome, *(column(c.name, c.type) for c in self.job_columns))
 
-    def insert_first_jobs(self, job_rows: Sequence[Mapping[str, Any]]) -> Query:
-        """Insert new chains and their first jobs, given the first jobs' rows (a
-        chain row is made of its first job's), in one statement: a start outside a
-        caller's transaction is one round trip whatever the batch size."""
-        now = job_rows[0]["created_at"]
-        # In the order of _FIRST_JOB_FIELDS; a job due now is sent without its time.
-        batch = [
-            [
-                row["id"],
-                row["type_name"],
-                row["input"],
-                row["status"],
-                row["priority"],
-                None if row["scheduled_at"] is now else row["scheduled_at"].isoformat(),
-                row["max_attempts"],
-                row["deduplication_key"],
-                row["blockers_pending"],
-                row["trace_context"],
-                row["concurrency_key"],
-            ]
-            for row in job_rows
-        ]
+    def insert_first_jobs(self, firsts: Sequence[FirstJob], now: datetime) -> Query:
+        """Insert new chains and their first jobs, created at ``now`` (a chain row is
+        made of its first job's), in one statement: a start outside a caller's
+        transaction is one round trip whatever the batch size. The same rows as
+        :meth:`FirstJob.row`'s, whose dicts are not built here."""
+        batch = []
+        for first in firsts:
+            job = first.job
+            # In the order of _FIRST_JOB_FIELDS; a job due now is sent without its time.
+            due = None if job.run_at is None or job.run_at < now else job.run_at.isoformat()
+            batch.append(
+                [
+                    first.chain_id,
+                    job.type_name,
+                    job.input,
+                    "blocked" if first.blockers_pending else "pending",
+                    job.priority,
+                    due,
+                    job.max_attempts,
+                    first.dedup_key,
+                    first.blockers_pending,
+                    job.trace_context,
+                    job.concurrency_key,
+                ]
+            )
         return Query(self._insert_first_jobs, {"batch": batch, "now": now})
 
     def insert_first_job(self, job_row: Mapping[str, Any]) -> Query:

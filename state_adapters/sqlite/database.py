@@ -42,6 +42,7 @@ from state_adapters.statements.chains import ChainStatements
 from state_adapters.statements.compiled import CompiledStatements
 from state_adapters.statements.limited_claims import LimitedClaimStatements
 from state_adapters.statements.queue import Query, Statements, job_columns
+from state_adapters.statements.records import FirstJob
 from state_adapters.steps.completion import Completed, FinishedJob
 from state_adapters.steps.finishing import finalize
 from state_adapters.steps.limited_claims import LimitedClaim, claim_type
@@ -189,8 +190,11 @@ class Sqlite:
     def needs_transaction(self, exc: BaseException) -> bool:
         return False
 
-    async def insert_first_jobs(self, conn: Conn, job_rows: Sequence[Mapping[str, Any]]) -> None:
+    async def insert_first_jobs(
+        self, conn: Conn, firsts: Sequence[FirstJob], now: datetime
+    ) -> None:
         """Two executemany inserts: the chains, then their first jobs."""
+        job_rows = [first.row(now) for first in firsts]
         await conn.execute(*self.sql.insert_chains(job_rows))
         await conn.execute(self._insert_new_jobs, list(job_rows))
 

@@ -12,7 +12,7 @@ from state_adapters.errors import ChainNotFoundError
 from state_adapters.ids import new_id
 from state_adapters.model import NewChain, StartedChain
 from state_adapters.notifications import NotificationBuffer
-from state_adapters.statements.records import job_row
+from state_adapters.statements.records import FirstJob
 
 if TYPE_CHECKING:
     from state_adapters.database import Conn, Database
@@ -32,7 +32,7 @@ async def start(
     if any(chain.dedup_key is not None for chain in chains):
         holders = await _take_dedup_keys(db, conn, chains, ids, now)
     started: list[StartedChain] = []
-    job_rows: list[dict[str, Any]] = []
+    firsts: list[FirstJob] = []
     blocker_rows: list[dict[str, str]] = []
     scheduled: dict[str, int] = {}
     for chain, chain_id in zip(chains, ids, strict=True):
@@ -48,22 +48,12 @@ async def start(
             blocker_rows.extend(
                 {"job_id": chain_id, "blocker_chain_id": b} for b in dict.fromkeys(chain.blockers)
             )
-        job_rows.append(
-            job_row(
-                job,
-                job_id=chain_id,
-                chain_id=chain_id,
-                chain_index=0,
-                now=now,
-                dedup_key=chain.dedup_key,
-                blockers_pending=waiting_on,
-            )
-        )
+        firsts.append(FirstJob(job, chain_id, chain.dedup_key, waiting_on))
         if waiting_on == 0:
             scheduled[job.type_name] = scheduled.get(job.type_name, 0) + 1
         started.append(StartedChain(chain_id, job.type_name, deduplicated=False))
-    if job_rows:
-        await db.insert_first_jobs(conn, job_rows)
+    if firsts:
+        await db.insert_first_jobs(conn, firsts, now)
     if blocker_rows:
         await conn.execute(*db.sql.insert_blockers(blocker_rows))
     for type_name, count in scheduled.items():

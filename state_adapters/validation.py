@@ -285,7 +285,9 @@ def new_chain(
     if isinstance(blockers, str):
         raise InvalidInputError("blockers must be a sequence of chain ids, not one string")
     # Most chains have none (the default, an empty tuple): no dict to build.
-    unique_blockers = () if blockers == () else tuple(dict.fromkeys(blockers))
+    unique_blockers = (
+        () if isinstance(blockers, tuple) and not blockers else tuple(dict.fromkeys(blockers))
+    )
     check_new_job(job)
     _check_chain_options(chain_id, dedup_key, dedup_scope, dedup_window, unique_blockers)
     # Built once, marked validated: a copy by ``dataclasses.replace`` was half the time

@@ -41,7 +41,7 @@ from sqlalchemy.types import TypeEngine
 from state_adapters.schema import Tables, UtcDateTime
 from state_adapters.statements.limited_claims import UNKEYED_WINDOW
 from state_adapters.statements.queue import Query, job_columns
-from state_adapters.statements.records import FirstJob
+from state_adapters.statements.records import FirstJob, due_at, new_job_status
 from state_adapters.steps.completion import FinishedJob
 from state_adapters.steps.limited_claims import MAX_KEYS_VISITED, RATE_STEPS
 
@@ -178,15 +178,15 @@ class PostgresStatements:
         for first in firsts:
             job = first.job
             # In the order of _FIRST_JOB_FIELDS; a job due now is sent without its time.
-            due = None if job.run_at is None or job.run_at < now else job.run_at.isoformat()
+            due = due_at(job, now)
             batch.append(
                 [
                     first.chain_id,
                     job.type_name,
                     job.input,
-                    "blocked" if first.blockers_pending else "pending",
+                    new_job_status(first.blockers_pending),
                     job.priority,
-                    due,
+                    None if due is now else due.isoformat(),
                     job.max_attempts,
                     first.dedup_key,
                     first.blockers_pending,

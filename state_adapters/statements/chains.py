@@ -17,6 +17,7 @@ from state_adapters.model import UNFINISHED_STATUSES
 from state_adapters.schema import Tables, json_type
 from state_adapters.statements.dialect import SqlDialect
 from state_adapters.statements.queue import Query, job_columns
+from state_adapters.statements.records import new_job_status
 
 _JSON = json_type()
 
@@ -110,7 +111,7 @@ class ChainStatements:
             update_rows(jobs)
             .where(jobs.c.id == job_id, jobs.c.status.in_(("failed", "cancelled")))
             .values(
-                status="blocked" if blockers_pending else "pending",
+                status=new_job_status(blockers_pending),
                 blockers_pending=blockers_pending,
                 attempt=0,
                 scheduled_at=now,

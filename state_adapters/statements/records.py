@@ -33,6 +33,17 @@ def chain_record(row: RowMapping) -> ChainRecord:
     )
 
 
+def due_at(job: NewJob, now: datetime) -> datetime:
+    """When a new job created at ``now`` is due: its ``run_at``, or ``now`` itself (the
+    same object) when it has none or it has passed."""
+    return now if job.run_at is None or job.run_at < now else job.run_at
+
+
+def new_job_status(blockers_pending: int) -> str:
+    """A new job's status: blocked while it waits on other chains, else pending."""
+    return "blocked" if blockers_pending else "pending"
+
+
 def job_row(
     job: NewJob,
     *,
@@ -44,7 +55,6 @@ def job_row(
     blockers_pending: int,
 ) -> dict[str, Any]:
     """The row of a new job (pending, or blocked while ``blockers_pending``)."""
-    scheduled_at = now if job.run_at is None or job.run_at < now else job.run_at
     return {
         "id": job_id,
         "chain_id": chain_id,
@@ -53,10 +63,10 @@ def job_row(
         "input": job.input,
         "output": None,
         "progress": None,
-        "status": "blocked" if blockers_pending else "pending",
+        "status": new_job_status(blockers_pending),
         "priority": job.priority,
         "created_at": now,
-        "scheduled_at": scheduled_at,
+        "scheduled_at": due_at(job, now),
         "completed_at": None,
         "attempt": 0,
         "max_attempts": job.max_attempts,

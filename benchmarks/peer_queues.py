@@ -26,7 +26,8 @@ Workloads (``--workloads``):
   the handler's first line, split into the call and its return (commit) to the
   handler, ``--samples`` per round;
 - ``drain``: ``--jobs`` no-op jobs (each size in turn) filled and analyzed,
-  then one worker process drains them; ours also with ``--processes`` worker
+  then one worker process drains them; ours also with ``claim_ahead=True`` (its
+  documented setting for many short jobs) and with ``--processes`` worker
   processes under ``queuert-notify worker --processes``; with the CPU per job
   of the queue's processes and of the Postgres backends serving the round's
   database, and what the whole machine used meanwhile.
@@ -145,11 +146,14 @@ def _ours(
     args: argparse.Namespace,
     processes: int = 1,
     driver: str = "psycopg",
+    claim_ahead: bool = False,
 ) -> Side:
     database = _OURS_STATE[state] + (f" ({driver})" if driver != "psycopg" else "")
     name = f"queuert-notify, {database} + {_OURS_NOTIFY[notify]}"
     if processes > 1:
         name += f", {processes} processes"
+    if claim_ahead:
+        name += ", claim_ahead=True"
     command = (
         sys.executable,
         "-m",
@@ -160,6 +164,7 @@ def _ours(
         f"--nats-url={args.nats_url}",
         f"--processes={processes}",
         f"--driver={driver}",
+        *(("--claim-ahead",) if claim_ahead else ()),
     )
     return Side(name, command, postgres=state == "postgres", sqlalchemy_url=True)
 
@@ -434,6 +439,7 @@ async def run(args: argparse.Namespace) -> str:
                 for driver in _list(args.ours_drivers)
                 if driver != "psycopg"
             ]
+            ours.append(_ours("postgres", "redis", args, claim_ahead=True))
             ours += [
                 _ours("postgres", "redis", args, int(n))
                 for n in _list(args.processes)

@@ -8,7 +8,9 @@ notify adapter of its own, as another machine would). Enqueue is
 ``client.start_chain(type)`` without a session (the client's own transaction,
 the wakeup published after its commit); a batch is ``client.start_chains``.
 ``--processes N`` > 1 drains with ``queuert-notify worker --processes N`` (the
-supervisor and N worker processes) instead of a worker in this process.
+supervisor and N worker processes) instead of a worker in this process;
+``--claim-ahead`` drains with ``Worker(claim_ahead=True)``, the documented
+setting for many short jobs.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class OursSide:
             await self.stack.new_client(),
             {_TYPE: _noop},
             concurrency=concurrency,
+            claim_ahead=self.args.claim_ahead,
             on_event=completions,
         )
         started = time.perf_counter()
@@ -168,6 +171,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", default=None)
     parser.add_argument("--nats-url", default=None)
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument(
+        "--claim-ahead", action="store_true", help="drain with Worker(claim_ahead=True)"
+    )
 
 
 if __name__ == "__main__":

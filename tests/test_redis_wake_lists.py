@@ -14,7 +14,7 @@ from redis.exceptions import NoPermissionError
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis import lists_listeners
+from queuert_notify.notify.redis import lists_listeners, lists_wire
 from queuert_notify.notify.redis.lists_wire import TOKEN_CAP
 from queuert_notify.notify.redis.shared import (
     channel_name,
@@ -236,9 +236,7 @@ async def _heard_one(
 ) -> Recorder:
     """A listener of ``types`` on ``worker`` with one slot free, once it heard of one
     token of ``pushed``."""
-    heard = Recorder()
-    await worker.listen_job_scheduled(types, heard)
-    await worker.acknowledge_wakes(heard, 1)
+    heard = await _reporting(worker, types, 1)
     await producer.notify_jobs_scheduled({pushed: 1})
     await heard.wait_for(1, within=5)
     return heard
@@ -349,3 +347,73 @@ async def test_lists_mode_publishes_nothing_on_the_scheduled_channel(
     finally:
         await pubsub.aclose()
         await subscriber.aclose()
+
+
+async def test_a_busy_listener_of_one_type_holds_up_no_token_of_another_listeners_type(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    """Two workers on one adapter: free slots are wanted per type, so a token of the
+    busy worker's type is not moved for the idle worker's slot (and the idle worker's
+    token is), and it waits in its list for the busy worker's next free slot."""
+    producer, shared, _ = adapters
+    busy = await _reporting(shared, ["a"], 0)
+    idle = await _reporting(shared, ["b"], 1)
+
+    await producer.notify_jobs_scheduled({"a": 1})
+    await producer.notify_jobs_scheduled({"b": 1})
+
+    await idle.wait_for(1, within=5)
+    assert idle.calls == [("b",)]
+    assert busy.calls == []
+    assert await redis.llen(token_list_key(prefix, "a")) == 1
+    await shared.acknowledge_wakes(busy, 1)
+    await busy.wait_for(1, within=5)
+    assert busy.calls == [("a",)]
+
+
+async def test_a_type_whose_listener_frees_a_slot_is_moved_while_the_lane_blocks_on_others(
+    adapters: list[RedisNotifyAdapter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane waits on the types wanted; a report that makes another type wanted ends
+    that wait at once (not when the blocking move next times out, put off here)."""
+    monkeypatch.setattr(lists_wire, "BLOCK_TIMEOUT", 8.0)  # below the socket's timeout
+    producer, shared, _ = adapters
+    busy = await _reporting(shared, ["a"], 0)
+    idle = await _reporting(shared, ["b"], 2)
+    await producer.notify_jobs_scheduled({"a": 1, "b": 1})
+    await idle.wait_for(1, within=5)  # the lane blocks for idle's second slot, on b alone
+    assert busy.calls == []
+
+    await shared.acknowledge_wakes(busy, 1)
+
+    await busy.wait_for(1, within=4)
+    assert busy.calls == [("a",)]
+    assert idle.calls == [("b",)]
+
+
+async def test_a_token_no_free_slot_can_take_is_not_moved_though_its_type_has_one(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    """A worker of types a and b with one slot free heard of a token of a: a token of b
+    would need the same slot, so it waits in its list; a token of another worker's type
+    is moved all the same."""
+    producer, shared, _ = adapters
+    both = await _reporting(shared, ["a", "b"], 1)
+    other = await _reporting(shared, ["c"], 1)
+    await producer.notify_jobs_scheduled({"a": 1})
+    await both.wait_for(1, within=5)
+
+    await producer.notify_jobs_scheduled({"b": 1, "c": 1})
+
+    await other.wait_for(1, within=5)
+    assert other.calls == [("c",)]
+    assert both.calls == [("a",)]
+    assert await redis.llen(token_list_key(prefix, "b")) == 1
+
+
+async def _reporting(adapter: RedisNotifyAdapter, types: list[str], free_slots: int) -> Recorder:
+    """A listener of ``types`` on ``adapter`` that reported ``free_slots``."""
+    heard = Recorder()
+    await adapter.listen_job_scheduled(types, heard)
+    await adapter.acknowledge_wakes(heard, free_slots)
+    return heard

@@ -15,12 +15,13 @@ The reliable-queue pattern applied to wakeups; the keys are in
   holding its types, to the master serving the slot, following it when it moves.
 - A worker consumes the token (``consume_wake_hint``, no round trip), claims, then
   calls ``acknowledge_wakes``: the token leaves the processing list (``LREM``). The
-  worker also reports its free slots there; no token is moved for a listener with
-  none free (a token that arrives anyway goes straight back to the head of its list,
-  unannounced). A token announced to a worker while all its slots were busy (it passes
-  it over) is announced to it again once a whole claim pass left it held and the worker
-  reports a free slot: held and never consumed, it would count against the free slots
-  for good (as many as there are free slots, and no token is moved any more).
+  worker also reports its free slots there. Tokens are wanted per type: a lane blocks
+  only on its types some listener of has a free slot for that the held and granted
+  tokens do not fill (a token that arrives anyway goes straight back to the head of
+  its list, unannounced), and a report that changes them ends its blocking move. A
+  token announced to a worker while all its slots were busy (it passes it over) is
+  announced to it again once a whole claim pass left it held and the worker reports a
+  free slot: held and never consumed, it would fill a free slot for good.
 - Heartbeat and reaper: every ``consumer_timeout / 3`` the consumer renews its score in
   each type's consumer set and, in the same atomic script (one per lane), returns the
   processing lists of consumers whose score passed to the head of the token lists
@@ -89,9 +90,10 @@ class RedisWakeLists:
     Invariants: a token moved into this consumer's processing lists is, at every
     moment, either *held* (announced to callbacks, not consumed), *granted* (consumed
     by ``consume_wake_hint``, not acknowledged) or on its way back to its token list;
-    the blocking moves stop while held plus granted tokens reach the free slots
-    listeners reported (no report yet: unbounded), over all lanes (a token taken by
-    ``consume_wake_hint`` from the list may go past); a token a listener heard of before
+    a lane blocks only on its types of which a listener has a free slot (no report
+    yet: unbounded) the held and granted tokens, shared among the listeners of their
+    types, do not fill (a token taken by ``consume_wake_hint`` from the list may go
+    past); a token a listener heard of before
     its previous acknowledgement and still held when it reports free slots is announced
     to it again; a killed consumer's tokens go back once its heartbeat lapses; a script
     call or blocking command names keys of one lane only.
@@ -206,9 +208,11 @@ class RedisWakeLists:
             # Recorded first: the blocking loops follow the worker's slots even while
             # Redis is unreachable.
             self._listeners.report(callback, free_slots)
-        self._changed.set()
+        self._look_again()
         await self._ready()
         granted, self._granted = self._granted, Counter()
+        if granted:
+            self._look_again()  # their slots are free again
         try:
             if granted:
                 async with self._commands.pipeline(transaction=False) as pipe:
@@ -247,7 +251,7 @@ class RedisWakeLists:
             self._listeners.remove(callback, names)
             for unsubscribe in unsubscribes:
                 await unsubscribe()
-            self._changed.set()
+            self._look_again()
 
         try:
             for name in dict.fromkeys(names):
@@ -255,7 +259,7 @@ class RedisWakeLists:
         except BaseException:
             await unsubscribe_all()
             raise
-        self._changed.set()  # a new listener wants tokens (unbounded until it reports)
+        self._look_again()  # a new listener wants tokens (unbounded until it reports)
         return unsubscribe_all
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
@@ -361,6 +365,7 @@ class RedisWakeLists:
             await asyncio.wait([task], timeout=0.05)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await lane.stop_nudging()
 
     async def _block_loop(self, lane: Lane, stop: asyncio.Event) -> None:
         """Move tokens of the lane's types while listeners want them, until ``stop``;
@@ -375,14 +380,15 @@ class RedisWakeLists:
                 elif lane.recount:
                     await self._adopt(lane)
                 self._restored(lane)
-                if self._outstanding() >= self._listeners.demand():
+                wanted = self._wanted(lane.types)
+                if not wanted:
                     self._changed.clear()
                     if not stop.is_set():  # set before _changed: no wakeup is lost
                         await self._changed.wait()
                     continue
                 if stop.is_set():
                     return
-                type_name = await move_one(lane, self._keys)
+                type_name = await move_one(lane, self._keys, wanted)
                 if type_name is not None:
                     await self._arrived(type_name)
             except Exception as exc:
@@ -396,10 +402,10 @@ class RedisWakeLists:
             backoff.reset()
 
     async def _arrived(self, type_name: str) -> None:
-        if self._outstanding() >= self._listeners.demand():
-            # Every listener filled up while we were blocked: back to the head of its
-            # list, unannounced (a held token nobody heard of would wait for good), where
-            # the next consumer waiting takes it at once, or we once a slot frees.
+        if not self._wanted([type_name]):
+            # The type's listeners filled up while we were blocked: back to the head of
+            # its list, unannounced (a held token nobody heard of would wait for good),
+            # where the next consumer waiting takes it at once, or we once a slot frees.
             await self._give_back_tokens(type_name, 1)
             return
         self._held[type_name] += 1
@@ -433,17 +439,12 @@ class RedisWakeLists:
                 await self._arrived(type_name)
 
     async def _return_surplus(self) -> None:
-        """Give back held tokens beyond what listeners want."""
-        surplus = min(self._outstanding() - self._listeners.demand(), sum(self._held.values()))
-        for type_name in list(self._held):
-            if surplus <= 0:
-                return
-            count = min(self._held[type_name], int(surplus))
-            if count <= 0:
-                continue
-            self._held[type_name] -= count
-            surplus -= count
-            await self._give_back_tokens(type_name, count)
+        """Give back held tokens no listener of their type has a free slot for."""
+        for type_name, surplus in self._listeners.surplus(self._outstanding()).items():
+            count = min(self._held[type_name], surplus)
+            if count > 0:
+                self._held[type_name] -= count
+                await self._give_back_tokens(type_name, count)
 
     async def _give_back_tokens(self, type_name: str, count: int) -> None:
         """Move ``count`` tokens (0: all, and leave the type's consumers) of our processing
@@ -475,8 +476,21 @@ class RedisWakeLists:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _outstanding(self) -> int:
-        return sum(self._held.values()) + sum(self._granted.values())
+    def _outstanding(self) -> Counter[str]:
+        """Held plus granted tokens, by type."""
+        return self._held + self._granted
+
+    def _wanted(self, types: Sequence[str]) -> list[str]:
+        """Of ``types``, those a listener has a free slot for one more token of."""
+        return self._listeners.wanted(self._outstanding(), types)
+
+    def _look_again(self) -> None:
+        """Listeners or tokens changed: the loops waiting look again, and a lane blocked
+        on other types than those now wanted ends its blocking move at once."""
+        self._changed.set()
+        for lane in self._lanes.values():
+            if lane.moving and lane.moving != set(self._wanted(lane.types)):
+                lane.nudge()
 
     def _fire_reconnect(self) -> None:
         for callback in list(self._reconnect_callbacks.values()):

@@ -35,6 +35,8 @@ SOCKET_TIMEOUT = BLOCK_TIMEOUT + 5.0
 """A blocking move waits ``BLOCK_TIMEOUT`` on the server; its socket waits longer, so
 only a server that stopped answering (not an idle list) times it out."""
 _UNBLOCK_TIMEOUT = 0.5  # seconds a CLIENT UNBLOCK may take (its node may be gone)
+_NUDGE_GRACE = 2.0  # seconds a nudge keeps trying to end a blocking move
+_NUDGE_EVERY = 0.05  # seconds between its tries (the move may not have reached the server)
 
 
 class BlockingLine(Protocol):
@@ -48,8 +50,9 @@ class BlockingLine(Protocol):
         """Send a command on the connection (a blocking move, or the push after one)."""
         ...
 
-    async def unblock(self, client_id: int) -> None:
-        """End a blocking command on the connection at once, as if it timed out."""
+    async def unblock(self, client_id: int) -> bool:
+        """End a blocking command on the connection at once, as if it timed out; whether
+        one was blocked."""
         ...
 
     def failed(self) -> None:
@@ -131,11 +134,12 @@ class _ServerLine:
     async def call(self, *args: str | int | float) -> Any:
         return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
 
-    async def unblock(self, client_id: int) -> None:
+    async def unblock(self, client_id: int) -> bool:
         # Bounded: the server may be hanging, and a stop must not wait for it.
         with suppress(TimeoutError):
             async with asyncio.timeout(_UNBLOCK_TIMEOUT):
-                await self._commands.client_unblock(client_id)
+                return bool(await self._commands.client_unblock(client_id))
+        return False
 
     def failed(self) -> None:
         """Nothing to look up: the connection reconnects to the same address."""
@@ -175,14 +179,16 @@ class _ClusterLine:
             raise RuntimeError("open() the line first")
         return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
 
-    async def unblock(self, client_id: int) -> None:
+    async def unblock(self, client_id: int) -> bool:
         node = self._node
         if node is None:
-            return
+            return False
         # Bounded: the node may be dead or hanging, and a stop must not wait for it.
         with suppress(TimeoutError):
             async with asyncio.timeout(_UNBLOCK_TIMEOUT):
-                await self._cluster.client_unblock(client_id, target_nodes=node)
+                ended = await self._cluster.client_unblock(client_id, target_nodes=node)
+                return any(ended.values()) if isinstance(ended, dict) else bool(ended)
+        return False
 
     def failed(self) -> None:
         self._stale = True
@@ -205,3 +211,28 @@ class Lane:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     client_id: int | None = None  # of the line's connection, to unblock it
     recount: bool = False  # count the processing lists again before blocking next
+    moving: frozenset[str] = frozenset()  # the types the blocking move waits on (none: idle)
+    moves: int = 0  # blocking moves sent
+    _nudging: asyncio.Task[None] | None = None
+
+    def nudge(self) -> None:
+        """End the blocking move now (the loop then looks again at what to wait on)."""
+        if self.moving and (self._nudging is None or self._nudging.done()):
+            self._nudging = asyncio.create_task(self._end_move(self.moves))
+
+    async def stop_nudging(self) -> None:
+        task, self._nudging = self._nudging, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _end_move(self, move: int) -> None:
+        deadline = asyncio.get_running_loop().time() + _NUDGE_GRACE
+        while self.moving and self.moves == move and self.client_id is not None:
+            # Again until it ends one: the move may not have reached the server yet.
+            with suppress(Exception):
+                if await self.line.unblock(self.client_id):
+                    return
+            if asyncio.get_running_loop().time() >= deadline:
+                return
+            await asyncio.sleep(_NUDGE_EVERY)

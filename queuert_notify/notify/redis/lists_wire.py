@@ -99,10 +99,19 @@ class ConsumerKeys:
         return [self.consumer, int(self.timeout * 1000), HINT_TTL_SECONDS, *prefixes]
 
 
-async def move_one(lane: Lane, keys: ConsumerKeys) -> str | None:
-    """Block until a token of one of the lane's types is in the consumer's processing
-    list of its type; that type, or None (the block timed out)."""
-    types = list(lane.types)
+async def move_one(lane: Lane, keys: ConsumerKeys, types: Sequence[str]) -> str | None:
+    """Block until a token of one of ``types`` (of the lane) is in the consumer's
+    processing list of its type; that type, or None (the block timed out or was ended:
+    :meth:`Lane.nudge`)."""
+    lane.moving = frozenset(types)
+    lane.moves += 1
+    try:
+        return await _move_one(lane, keys, list(types))
+    finally:
+        lane.moving = frozenset()
+
+
+async def _move_one(lane: Lane, keys: ConsumerKeys, types: list[str]) -> str | None:
     if len(types) == 1:
         [type_name] = types
         token = await lane.line.call(

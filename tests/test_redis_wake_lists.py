@@ -201,12 +201,14 @@ async def test_a_token_a_listener_counted_as_granted_without_taking_it_is_announ
 
 
 async def test_a_token_whose_acknowledgement_failed_is_counted_again_not_waited_for(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The acknowledgement's LREM refused (here by the user's ACL, a private server):
     the token stays in the processing list, counted nowhere. The lane counts its list
     again and adopts it (announced, consumed and acknowledged as any other), instead of
-    every later consume that finds the list empty waiting for it as one in flight."""
+    every later consume that finds the list empty waiting for it as one in flight; at
+    once, not when its blocking move next times out (put off here)."""
+    monkeypatch.setattr(lists_wire, "BLOCK_TIMEOUT", 8.0)  # below the socket's timeout
     for server in own_redis_server(tmp_path):
         admin = Redis.from_url(server.url, decode_responses=True)
         await admin.acl_setuser("worker", enabled=True, passwords=["+pw"], keys=["*"],
@@ -223,7 +225,7 @@ async def test_a_token_whose_acknowledgement_failed_is_counted_again_not_waited_
                 await worker.acknowledge_wakes(heard, 1)
             await admin.acl_setuser("worker", commands=["+lrem"])
 
-            await heard.wait_for(2, within=10)
+            await heard.wait_for(2, within=4)
             assert await worker.consume_wake_hint("t") is True
             await worker.acknowledge_wakes(heard, 1)
             (consumer,) = await admin.zrange(consumers_key("p", "t"), 0, -1)

@@ -224,9 +224,10 @@ class RedisWakeLists:
             # Whether the removals or give-backs were carried out is unknown: a token
             # left in a processing list, counted nowhere, would make every consume that
             # finds its list empty wait for it as one in flight. Each lane counts its
-            # lists again before it next blocks, adopting what is still there.
+            # lists again at once (its blocking move ended), adopting what is there.
             for lane in self._lanes.values():
                 lane.recount = True
+                lane.nudge()
             self._changed.set()
             raise
 

@@ -50,7 +50,7 @@ from queuert_notify.notify.protocol import (
     TypeNameCallback,
     Unsubscribe,
 )
-from queuert_notify.notify.redis.lists_lines import Lane, ListsPlacement
+from queuert_notify.notify.redis.lists_lines import Lane, LaneLosses, ListsPlacement
 from queuert_notify.notify.redis.lists_listeners import WakeListeners
 from queuert_notify.notify.redis.lists_wire import (
     ConsumerKeys,
@@ -123,9 +123,7 @@ class RedisWakeLists:
         self._listeners = WakeListeners(self._held, self._listener.run_callback)
         self._changed = asyncio.Event()
         self._arrival = asyncio.Event()
-        self._reconnect_callbacks: dict[int, SignalCallback] = {}
-        self._next_callback_id = 0
-        self._lost: set[int] = set()  # lanes whose connection is lost, not yet restored
+        self._losses = LaneLosses(address, self._listener.run_callback)
         self._closed = False
         self._push = commands.register_script(PUSH_WAKE_TOKENS)
         self._take = commands.register_script(TAKE_WAKE_TOKEN)
@@ -266,14 +264,7 @@ class RedisWakeLists:
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
         """Run ``callback`` when a blocking connection was lost or every one restored
         (tokens may have been lost with a restarted server: poll now)."""
-        callback_id = self._next_callback_id
-        self._next_callback_id += 1
-        self._reconnect_callbacks[callback_id] = callback
-
-        async def unsubscribe() -> None:
-            self._reconnect_callbacks.pop(callback_id, None)
-
-        return unsubscribe
+        return self._losses.on_reconnect(callback)
 
     async def close(self) -> None:
         """Stop moving tokens, give back every token this consumer holds, leave the
@@ -290,7 +281,7 @@ class RedisWakeLists:
         finally:
             # Also when the caller's close timeout cut the give-backs short (a master
             # down): no connection outlives close().
-            self._reconnect_callbacks.clear()
+            self._losses.clear()
             for lane in lanes:
                 await lane.line.close()
             self._lanes.clear()
@@ -321,7 +312,7 @@ class RedisWakeLists:
                 await self._restart(lane)
                 if not lane.types:
                     del self._lanes[lane.key]
-                    self._lost.discard(lane.key)
+                    self._losses.forget(lane)
                     await lane.line.close()
                 if not self._lanes:
                     await self._heart.stop()
@@ -380,7 +371,7 @@ class RedisWakeLists:
                     synced = True
                 elif lane.recount:
                     await self._adopt(lane)
-                self._restored(lane)
+                self._losses.restored(lane)
                 wanted = self._wanted(lane.types)
                 if not wanted:
                     self._changed.clear()
@@ -397,7 +388,7 @@ class RedisWakeLists:
                     return  # the connection was closed to interrupt us
                 synced = False
                 lane.line.failed()
-                self._lose(lane, exc)
+                self._losses.lose(lane, exc)
                 await backoff.sleep()
                 continue
             backoff.reset()
@@ -453,28 +444,6 @@ class RedisWakeLists:
         keys = self._keys.give_back_keys(type_name)
         await self._give_back(keys=keys, args=[count, self.consumer, HINT_TTL_SECONDS])
 
-    # -- connection state --------------------------------------------------------------
-
-    def _lose(self, lane: Lane, exc: Exception) -> None:
-        """The lane's connection failed: poll now (once for every lost lane at a time)."""
-        first = not self._lost
-        self._lost.add(lane.key)
-        if first:
-            logger.warning(
-                "redis wake lists lost the connection; reconnecting",
-                extra={"address": self._address, "error": repr(exc)},
-            )
-            self._fire_reconnect()
-
-    def _restored(self, lane: Lane) -> None:
-        """The lane blocks again: poll now if it was the last one lost."""
-        if lane.key not in self._lost:
-            return
-        self._lost.discard(lane.key)
-        if not self._lost:
-            logger.info("redis wake lists reconnected", extra={"address": self._address})
-            self._fire_reconnect()
-
     # -- helpers ---------------------------------------------------------------------
 
     def _outstanding(self) -> Counter[str]:
@@ -492,7 +461,3 @@ class RedisWakeLists:
         for lane in self._lanes.values():
             if lane.moving and lane.moving != set(self._wanted(lane.types)):
                 lane.nudge()
-
-    def _fire_reconnect(self) -> None:
-        for callback in list(self._reconnect_callbacks.values()):
-            self._listener.run_callback(callback)

@@ -17,6 +17,8 @@ of other types would have to pop and give back.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,8 +28,11 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import SlotNotCoveredError
 
+from queuert_notify.notify.protocol import SignalCallback, Unsubscribe
 from queuert_notify.notify.redis.sharded_subscriber import node_pool
 from queuert_notify.notify.redis.shared import hash_tag
+
+logger = logging.getLogger(__name__)
 
 BLOCK_TIMEOUT = 5.0
 """Seconds one blocking move waits before it is sent again (a liveness check)."""
@@ -236,3 +241,57 @@ class Lane:
             if asyncio.get_running_loop().time() >= deadline:
                 return
             await asyncio.sleep(_NUDGE_EVERY)
+
+
+class LaneLosses:
+    """Which lanes' connections are lost, and the callbacks run when one is lost or the
+    last one restored (tokens may have been lost with a restarted server: poll now)."""
+
+    def __init__(self, address: str, run: Callable[[SignalCallback], None]) -> None:
+        self._address = address
+        self._run = run
+        self._callbacks: dict[int, SignalCallback] = {}
+        self._next_id = 0
+        self._lost: set[int] = set()  # lane keys
+
+    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
+        callback_id = self._next_id
+        self._next_id += 1
+        self._callbacks[callback_id] = callback
+
+        async def unsubscribe() -> None:
+            self._callbacks.pop(callback_id, None)
+
+        return unsubscribe
+
+    def lose(self, lane: Lane, exc: Exception) -> None:
+        """The lane's connection failed: poll now (once for every lost lane at a time)."""
+        first = not self._lost
+        self._lost.add(lane.key)
+        if first:
+            logger.warning(
+                "redis wake lists lost the connection; reconnecting",
+                extra={"address": self._address, "error": repr(exc)},
+            )
+            self._fire()
+
+    def restored(self, lane: Lane) -> None:
+        """The lane blocks again: poll now if it was the last one lost."""
+        if lane.key not in self._lost:
+            return
+        self._lost.discard(lane.key)
+        if not self._lost:
+            logger.info("redis wake lists reconnected", extra={"address": self._address})
+            self._fire()
+
+    def forget(self, lane: Lane) -> None:
+        """The lane is gone (its last type left)."""
+        self._lost.discard(lane.key)
+
+    def clear(self) -> None:
+        """Run no callback any more (the consumer closed)."""
+        self._callbacks.clear()
+
+    def _fire(self) -> None:
+        for callback in list(self._callbacks.values()):
+            self._run(callback)

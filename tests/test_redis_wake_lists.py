@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -231,6 +232,52 @@ async def test_a_token_whose_acknowledgement_failed_is_counted_again_not_waited_
             (consumer,) = await admin.zrange(consumers_key("p", "t"), 0, -1)
             assert await admin.llen(processing_key("p", "t", consumer)) == 0
         await admin.aclose()
+
+
+async def test_a_blocking_move_held_back_by_a_write_pause_is_ended_without_harm(
+    tmp_path: Path,
+) -> None:
+    """A manual failover pauses writes, and a blocking move sent meanwhile is held back.
+    A report that changes the types the lane waits on ends it (it moves nothing), the
+    server carries on, and the lane waits on its types again once writes resume."""
+    for server in own_redis_server(tmp_path):
+        admin = Redis.from_url(server.url, decode_responses=True)
+        async with (
+            RedisNotifyAdapter(server.url, prefix="p", wake="lists") as producer,
+            RedisNotifyAdapter(server.url, prefix="p", wake="lists") as worker,
+        ):
+            busy = await _reporting(worker, ["a"], 0)
+            idle = await _reporting(worker, ["b"], 1)
+            await wait_until(partial(_blocking_move, admin, held_back=False), timeout=5)
+            await admin.client_pause(60_000, all=False)
+            await worker.acknowledge_wakes(busy, 1)  # a is wanted too: the move is sent again
+            await wait_until(partial(_blocking_move, admin, held_back=True), timeout=5)
+
+            unblocks = await _unblocks(admin)
+            await worker.acknowledge_wakes(busy, 0)  # a is not: the held back move is ended
+
+            await wait_until(partial(_unblocks, admin, more_than=unblocks), timeout=5)
+            await admin.client_unpause()
+            await producer.notify_jobs_scheduled({"a": 1, "b": 1})
+            await idle.wait_for(1, within=5)
+            assert idle.calls == [("b",)]
+            assert busy.calls == []
+        await admin.aclose()
+
+
+async def _blocking_move(admin: Redis, *, held_back: bool) -> bool:
+    """Whether the (private) server has a blocking move waiting: on its keys, or held
+    back by a pause (then it is in no timeout table)."""
+    clients = await admin.client_list()
+    blocked = any(c.get("cmd") in ("blmove", "blmpop") and "b" in c["flags"] for c in clients)
+    timed = int((await admin.info("clients"))["clients_in_timeout_table"])
+    return blocked and (timed == 0 if held_back else timed > 0)
+
+
+async def _unblocks(admin: Redis, more_than: int | None = None) -> int | bool:
+    """How many CLIENT UNBLOCK the server ran; or whether more than ``more_than``."""
+    ran = int((await admin.info("commandstats")).get("cmdstat_client|unblock", {}).get("calls", 0))
+    return ran if more_than is None else ran > more_than
 
 
 async def _heard_one(

@@ -56,8 +56,10 @@ class BlockingLine(Protocol):
         ...
 
     async def unblock(self, client_id: int) -> bool:
-        """End a blocking command on the connection at once, as if it timed out; whether
-        one was blocked."""
+        """End a blocking command on the connection at once, with an ``UNBLOCKED`` error
+        (it did nothing); whether one was blocked. Not as if it timed out: that crashes a
+        server without redis/redis#14164 (Redis 7.0 here) when the command is held back by
+        a write pause (a manual failover pauses writes), where ``ERROR`` refuses it."""
         ...
 
     def failed(self) -> None:
@@ -143,7 +145,7 @@ class _ServerLine:
         # Bounded: the server may be hanging, and a stop must not wait for it.
         with suppress(TimeoutError):
             async with asyncio.timeout(_UNBLOCK_TIMEOUT):
-                return bool(await self._commands.client_unblock(client_id))
+                return bool(await self._commands.client_unblock(client_id, error=True))
         return False
 
     def failed(self) -> None:
@@ -191,7 +193,7 @@ class _ClusterLine:
         # Bounded: the node may be dead or hanging, and a stop must not wait for it.
         with suppress(TimeoutError):
             async with asyncio.timeout(_UNBLOCK_TIMEOUT):
-                ended = await self._cluster.client_unblock(client_id, target_nodes=node)
+                ended = await self._cluster.client_unblock(client_id, error=True, target_nodes=node)
                 return any(ended.values()) if isinstance(ended, dict) else bool(ended)
         return False
 

@@ -37,8 +37,8 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -95,8 +95,10 @@ class RedisWakeLists:
     types, do not fill (a token taken by ``consume_wake_hint`` from the list may go
     past); a token a listener heard of before
     its previous acknowledgement and still held when it reports free slots is announced
-    to it again; a killed consumer's tokens go back once its heartbeat lapses; a script
-    call or blocking command names keys of one lane only.
+    to it again; a recount adopts only tokens in a processing list that are neither held,
+    granted nor pending (their take, removal or give-back not answered yet); a killed
+    consumer's tokens go back once its heartbeat lapses; a script call or blocking
+    command names keys of one lane only.
     """
 
     def __init__(
@@ -120,6 +122,9 @@ class RedisWakeLists:
         self._lane_of: dict[str, Lane] = {}  # by type listened to
         self._held: Counter[str] = Counter()
         self._granted: Counter[str] = Counter()
+        # Tokens taken, removed or given back by a command whose reply has not come: in
+        # our processing lists or not, a recount cannot tell (see _pending_while).
+        self._pending: Counter[str] = Counter()
         self._listeners = WakeListeners(self._held, self._listener.run_callback)
         self._changed = asyncio.Event()
         self._arrival = asyncio.Event()
@@ -173,7 +178,8 @@ class RedisWakeLists:
         keys = [token_list_key(self._prefix, tag), issued_key(self._prefix, tag)]
         if key in self._lane_of:
             keys.append(processing_key(self._prefix, tag, self.consumer))
-        code, moved = (int(n) for n in await self._take(keys=keys, args=[HINT_TTL_SECONDS]))
+        with self._pending_while({key: 1}):
+            code, moved = (int(n) for n in await self._take(keys=keys, args=[HINT_TTL_SECONDS]))
         if code == 2:
             self._granted[key] += 1
         elif code == 0 and (self._held[key] > 0 or moved > self._held[key] + self._granted[key]):
@@ -216,7 +222,8 @@ class RedisWakeLists:
                 async with self._commands.pipeline(transaction=False) as pipe:
                     for type_name, count in granted.items():
                         pipe.lrem(self._keys.processing(type_name), count, _TOKEN)
-                    await pipe.execute()
+                    with self._pending_while(granted):
+                        await pipe.execute()
             await self._return_surplus()
         except BaseException:
             # Whether the removals or give-backs were carried out is unknown: a token
@@ -426,8 +433,10 @@ class RedisWakeLists:
                 pipe.llen(self._keys.processing(type_name))
             lengths = await pipe.execute()
         for type_name, length in zip(types, lengths, strict=True):
-            unknown = int(length) - self._held[type_name] - self._granted[type_name]
-            for _ in range(max(unknown, 0)):
+            known = self._held[type_name] + self._granted[type_name] + self._pending[type_name]
+            if self._pending[type_name] > 0:
+                lane.recount = True  # again after the next move: those may not be there
+            for _ in range(max(int(length) - known, 0)):
                 await self._arrived(type_name)
 
     async def _return_surplus(self) -> None:
@@ -436,7 +445,8 @@ class RedisWakeLists:
             count = min(self._held[type_name], surplus)
             if count > 0:
                 self._held[type_name] -= count
-                await self._give_back_tokens(type_name, count)
+                with self._pending_while({type_name: count}):
+                    await self._give_back_tokens(type_name, count)
 
     async def _give_back_tokens(self, type_name: str, count: int) -> None:
         """Move ``count`` tokens (0: all, and leave the type's consumers) of our processing
@@ -445,6 +455,16 @@ class RedisWakeLists:
         await self._give_back(keys=keys, args=[count, self.consumer, HINT_TTL_SECONDS])
 
     # -- helpers ---------------------------------------------------------------------
+
+    @contextmanager
+    def _pending_while(self, counts: Mapping[str, int]) -> Iterator[None]:
+        """Count ``counts`` tokens as pending while the command sending them is awaited
+        (a recount does not adopt a token whose removal is on its way)."""
+        self._pending.update(counts)
+        try:
+            yield
+        finally:
+            self._pending.subtract(counts)
 
     def _outstanding(self) -> Counter[str]:
         """Held plus granted tokens, by type."""

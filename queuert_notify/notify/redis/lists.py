@@ -478,6 +478,8 @@ class RedisWakeLists:
         """Listeners or tokens changed: the loops waiting look again, and a lane blocked
         on other types than those now wanted ends its blocking move at once."""
         self._changed.set()
-        for lane in self._lanes.values():
-            if lane.moving and lane.moving != set(self._wanted(lane.types)):
+        moving = [lane for lane in self._lanes.values() if lane.moving]
+        wanted = set(self._wanted([name for lane in moving for name in lane.types]))
+        for lane in moving:
+            if lane.moving != wanted.intersection(lane.types):
                 lane.nudge()

@@ -203,3 +203,33 @@ async def test_a_token_passed_over_on_one_slot_holds_up_no_token_of_another_slot
         await producer.notify_jobs_scheduled({second: 1})
         await heard.wait_for(3, within=5)
         assert heard.calls == [(first,), (first,), (second,)]
+
+
+async def test_a_busy_listener_on_one_slot_holds_up_no_token_another_listener_wants(
+    cluster: LocalRedisCluster, prefix: str
+) -> None:
+    """Two workers on one adapter, their types on two slots: the busy worker's token is
+    not moved for the idle worker's slot, and the idle worker's is."""
+    first, second, _ = types_on_every_master(cluster, prefix, per_master=1)
+    async with (
+        lists_adapter(cluster, prefix) as shared,
+        lists_adapter(cluster, prefix) as producer,
+    ):
+        busy, idle = Recorder(), Recorder()
+        await shared.listen_job_scheduled([first], busy)
+        owner = cluster.owner_of(tokens_of(prefix, first))
+        # Blocked while the listener has not reported (it wants every token until then).
+        await wait_until(lambda: cluster.blocked_movers(owner) == 1, timeout=5)
+        await shared.acknowledge_wakes(busy, 0)
+        await shared.listen_job_scheduled([second], idle)
+        await shared.acknowledge_wakes(idle, 1)
+
+        await producer.notify_jobs_scheduled({first: 1})
+        await producer.notify_jobs_scheduled({second: 1})
+
+        await idle.wait_for(1, within=5)
+        assert idle.calls == [(second,)]
+        assert busy.calls == []
+        await shared.acknowledge_wakes(busy, 1)
+        await busy.wait_for(1, within=5)
+        assert busy.calls == [(first,)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from redis.exceptions import NoPermissionError
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.errors import ConfigurationError
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
-from queuert_notify.notify.redis import lists_listeners
+from queuert_notify.notify.redis import lists_listeners, lists_wire
 from queuert_notify.notify.redis.lists_wire import TOKEN_CAP
 from queuert_notify.notify.redis.shared import (
     channel_name,
@@ -201,12 +202,14 @@ async def test_a_token_a_listener_counted_as_granted_without_taking_it_is_announ
 
 
 async def test_a_token_whose_acknowledgement_failed_is_counted_again_not_waited_for(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The acknowledgement's LREM refused (here by the user's ACL, a private server):
     the token stays in the processing list, counted nowhere. The lane counts its list
     again and adopts it (announced, consumed and acknowledged as any other), instead of
-    every later consume that finds the list empty waiting for it as one in flight."""
+    every later consume that finds the list empty waiting for it as one in flight; at
+    once, not when its blocking move next times out (put off here)."""
+    monkeypatch.setattr(lists_wire, "BLOCK_TIMEOUT", 8.0)  # below the socket's timeout
     for server in own_redis_server(tmp_path):
         admin = Redis.from_url(server.url, decode_responses=True)
         await admin.acl_setuser("worker", enabled=True, passwords=["+pw"], keys=["*"],
@@ -223,7 +226,7 @@ async def test_a_token_whose_acknowledgement_failed_is_counted_again_not_waited_
                 await worker.acknowledge_wakes(heard, 1)
             await admin.acl_setuser("worker", commands=["+lrem"])
 
-            await heard.wait_for(2, within=10)
+            await heard.wait_for(2, within=4)
             assert await worker.consume_wake_hint("t") is True
             await worker.acknowledge_wakes(heard, 1)
             (consumer,) = await admin.zrange(consumers_key("p", "t"), 0, -1)
@@ -231,14 +234,106 @@ async def test_a_token_whose_acknowledgement_failed_is_counted_again_not_waited_
         await admin.aclose()
 
 
+Private = tuple[Redis, RedisNotifyAdapter, RedisNotifyAdapter]
+
+
+@pytest.fixture
+async def private(tmp_path: Path) -> AsyncIterator[Private]:
+    """On a private server (a test pauses its writes): an admin client, a producer and a
+    worker adapter."""
+    for server in own_redis_server(tmp_path):
+        admin = Redis.from_url(server.url, decode_responses=True)
+        async with (
+            RedisNotifyAdapter(server.url, prefix="p", wake="lists") as producer,
+            RedisNotifyAdapter(server.url, prefix="p", wake="lists") as worker,
+        ):
+            yield admin, producer, worker
+            await admin.client_unpause()  # the adapters close without waiting for it
+        await admin.aclose()
+
+
+async def test_a_blocking_move_held_back_by_a_write_pause_is_ended_without_harm(
+    private: Private,
+) -> None:
+    """A manual failover pauses writes, and a blocking move sent meanwhile is held back.
+    A report that changes the types the lane waits on ends it (it moves nothing), the
+    server carries on, and the lane waits on its types again once writes resume."""
+    admin, producer, worker = private
+    busy = await _reporting(worker, ["a"], 0)
+    idle = await _reporting(worker, ["b"], 1)
+    await wait_until(partial(_blocking_move, admin, held_back=False), timeout=5)
+    await admin.client_pause(60_000, all=False)
+    await worker.acknowledge_wakes(busy, 1)  # a is wanted too: the move is sent again
+    await wait_until(partial(_blocking_move, admin, held_back=True), timeout=5)
+
+    unblocks = await _unblocks(admin)
+    await worker.acknowledge_wakes(busy, 0)  # a is not: the held back move is ended
+
+    await wait_until(partial(_unblocks, admin, more_than=unblocks), timeout=5)
+    await admin.client_unpause()
+    await producer.notify_jobs_scheduled({"a": 1, "b": 1})
+    await idle.wait_for(1, within=5)
+    assert idle.calls == [("b",)]
+    assert busy.calls == []
+
+
+async def _blocking_move(admin: Redis, *, held_back: bool) -> bool:
+    """Whether the (private) server has a blocking move waiting: on its keys, or held
+    back by a pause (then it is in no timeout table)."""
+    clients = await admin.client_list()
+    blocked = any(c.get("cmd") in ("blmove", "blmpop") and "b" in c["flags"] for c in clients)
+    timed = int((await admin.info("clients"))["clients_in_timeout_table"])
+    return blocked and (timed == 0 if held_back else timed > 0)
+
+
+async def _unblocks(admin: Redis, more_than: int | None = None) -> int | bool:
+    """How many CLIENT UNBLOCK the server ran; or whether more than ``more_than``."""
+    ran = int((await admin.info("commandstats")).get("cmdstat_client|unblock", {}).get("calls", 0))
+    return ran if more_than is None else ran > more_than
+
+
+async def test_a_token_whose_removal_is_in_flight_is_not_adopted_by_a_recount(
+    private: Private,
+) -> None:
+    """A recount (here after another listener's acknowledgement was cancelled) while an
+    acknowledgement's LREM is on its way (held back by CLIENT PAUSE WRITE, a private
+    server) finds that token still in the processing list: it is not adopted, or its
+    listener would be woken for a claim with nothing to claim."""
+    admin, producer, worker = private
+    first = await _reporting(worker, ["t"], 1)
+    second = await _reporting(worker, ["u"], 1)
+    await producer.notify_jobs_scheduled({"t": 1, "u": 1})
+    await first.wait_for(1, within=5)
+    await second.wait_for(1, within=5)
+    assert await worker.consume_wake_hint("t") is True
+    await admin.client_pause(60_000, all=False)
+    removing = asyncio.create_task(worker.acknowledge_wakes(first, 1))
+    await wait_until(partial(_paused_removals, admin, 1), timeout=5)
+    assert await worker.consume_wake_hint("u") is True
+    cancelled = asyncio.create_task(worker.acknowledge_wakes(second, 1))
+    await wait_until(partial(_paused_removals, admin, 2), timeout=5)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+
+    # Whether u's removal is carried out is unknown: the recount adopts it.
+    await second.wait_for(2, within=5)
+    assert first.calls == [("t",)]
+    await admin.client_unpause()
+    await removing
+
+
+async def _paused_removals(admin: Redis, expected: int) -> bool:
+    clients = await admin.client_list()
+    return sum(1 for c in clients if c.get("cmd") == "lrem" and "b" in c["flags"]) == expected
+
+
 async def _heard_one(
     producer: RedisNotifyAdapter, worker: RedisNotifyAdapter, types: list[str], pushed: str
 ) -> Recorder:
     """A listener of ``types`` on ``worker`` with one slot free, once it heard of one
     token of ``pushed``."""
-    heard = Recorder()
-    await worker.listen_job_scheduled(types, heard)
-    await worker.acknowledge_wakes(heard, 1)
+    heard = await _reporting(worker, types, 1)
     await producer.notify_jobs_scheduled({pushed: 1})
     await heard.wait_for(1, within=5)
     return heard
@@ -349,3 +444,73 @@ async def test_lists_mode_publishes_nothing_on_the_scheduled_channel(
     finally:
         await pubsub.aclose()
         await subscriber.aclose()
+
+
+async def test_a_busy_listener_of_one_type_holds_up_no_token_of_another_listeners_type(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    """Two workers on one adapter: free slots are wanted per type, so a token of the
+    busy worker's type is not moved for the idle worker's slot (and the idle worker's
+    token is), and it waits in its list for the busy worker's next free slot."""
+    producer, shared, _ = adapters
+    busy = await _reporting(shared, ["a"], 0)
+    idle = await _reporting(shared, ["b"], 1)
+
+    await producer.notify_jobs_scheduled({"a": 1})
+    await producer.notify_jobs_scheduled({"b": 1})
+
+    await idle.wait_for(1, within=5)
+    assert idle.calls == [("b",)]
+    assert busy.calls == []
+    assert await redis.llen(token_list_key(prefix, "a")) == 1
+    await shared.acknowledge_wakes(busy, 1)
+    await busy.wait_for(1, within=5)
+    assert busy.calls == [("a",)]
+
+
+async def test_a_type_whose_listener_frees_a_slot_is_moved_while_the_lane_blocks_on_others(
+    adapters: list[RedisNotifyAdapter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane waits on the types wanted; a report that makes another type wanted ends
+    that wait at once (not when the blocking move next times out, put off here)."""
+    monkeypatch.setattr(lists_wire, "BLOCK_TIMEOUT", 8.0)  # below the socket's timeout
+    producer, shared, _ = adapters
+    busy = await _reporting(shared, ["a"], 0)
+    idle = await _reporting(shared, ["b"], 2)
+    await producer.notify_jobs_scheduled({"a": 1, "b": 1})
+    await idle.wait_for(1, within=5)  # the lane blocks for idle's second slot, on b alone
+    assert busy.calls == []
+
+    await shared.acknowledge_wakes(busy, 1)
+
+    await busy.wait_for(1, within=4)
+    assert busy.calls == [("a",)]
+    assert idle.calls == [("b",)]
+
+
+async def test_a_token_no_free_slot_can_take_is_not_moved_though_its_type_has_one(
+    adapters: list[RedisNotifyAdapter], redis: Redis, prefix: str
+) -> None:
+    """A worker of types a and b with one slot free heard of a token of a: a token of b
+    would need the same slot, so it waits in its list; a token of another worker's type
+    is moved all the same."""
+    producer, shared, _ = adapters
+    both = await _reporting(shared, ["a", "b"], 1)
+    other = await _reporting(shared, ["c"], 1)
+    await producer.notify_jobs_scheduled({"a": 1})
+    await both.wait_for(1, within=5)
+
+    await producer.notify_jobs_scheduled({"b": 1, "c": 1})
+
+    await other.wait_for(1, within=5)
+    assert other.calls == [("c",)]
+    assert both.calls == [("a",)]
+    assert await redis.llen(token_list_key(prefix, "b")) == 1
+
+
+async def _reporting(adapter: RedisNotifyAdapter, types: list[str], free_slots: int) -> Recorder:
+    """A listener of ``types`` on ``adapter`` that reported ``free_slots``."""
+    heard = Recorder()
+    await adapter.listen_job_scheduled(types, heard)
+    await adapter.acknowledge_wakes(heard, free_slots)
+    return heard

@@ -15,12 +15,13 @@ The reliable-queue pattern applied to wakeups; the keys are in
   holding its types, to the master serving the slot, following it when it moves.
 - A worker consumes the token (``consume_wake_hint``, no round trip), claims, then
   calls ``acknowledge_wakes``: the token leaves the processing list (``LREM``). The
-  worker also reports its free slots there; no token is moved for a listener with
-  none free (a token that arrives anyway goes straight back to the head of its list,
-  unannounced). A token announced to a worker while all its slots were busy (it passes
-  it over) is announced to it again once a whole claim pass left it held and the worker
-  reports a free slot: held and never consumed, it would count against the free slots
-  for good (as many as there are free slots, and no token is moved any more).
+  worker also reports its free slots there. Tokens are wanted per type: a lane blocks
+  only on its types some listener of has a free slot for that the held and granted
+  tokens do not fill (a token that arrives anyway goes straight back to the head of
+  its list, unannounced), and a report that changes them ends its blocking move. A
+  token announced to a worker while all its slots were busy (it passes it over) is
+  announced to it again once a whole claim pass left it held and the worker reports a
+  free slot: held and never consumed, it would fill a free slot for good.
 - Heartbeat and reaper: every ``consumer_timeout / 3`` the consumer renews its score in
   each type's consumer set and, in the same atomic script (one per lane), returns the
   processing lists of consumers whose score passed to the head of the token lists
@@ -36,8 +37,8 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -49,7 +50,7 @@ from queuert_notify.notify.protocol import (
     TypeNameCallback,
     Unsubscribe,
 )
-from queuert_notify.notify.redis.lists_lines import Lane, ListsPlacement
+from queuert_notify.notify.redis.lists_lines import Lane, LaneLosses, ListsPlacement
 from queuert_notify.notify.redis.lists_listeners import WakeListeners
 from queuert_notify.notify.redis.lists_wire import (
     ConsumerKeys,
@@ -89,12 +90,15 @@ class RedisWakeLists:
     Invariants: a token moved into this consumer's processing lists is, at every
     moment, either *held* (announced to callbacks, not consumed), *granted* (consumed
     by ``consume_wake_hint``, not acknowledged) or on its way back to its token list;
-    the blocking moves stop while held plus granted tokens reach the free slots
-    listeners reported (no report yet: unbounded), over all lanes (a token taken by
-    ``consume_wake_hint`` from the list may go past); a token a listener heard of before
+    a lane blocks only on its types of which a listener has a free slot (no report
+    yet: unbounded) the held and granted tokens, shared among the listeners of their
+    types, do not fill (a token taken by ``consume_wake_hint`` from the list may go
+    past); a token a listener heard of before
     its previous acknowledgement and still held when it reports free slots is announced
-    to it again; a killed consumer's tokens go back once its heartbeat lapses; a script
-    call or blocking command names keys of one lane only.
+    to it again; a recount adopts only tokens in a processing list that are neither held,
+    granted nor pending (their take, removal or give-back not answered yet); a killed
+    consumer's tokens go back once its heartbeat lapses; a script call or blocking
+    command names keys of one lane only.
     """
 
     def __init__(
@@ -118,12 +122,13 @@ class RedisWakeLists:
         self._lane_of: dict[str, Lane] = {}  # by type listened to
         self._held: Counter[str] = Counter()
         self._granted: Counter[str] = Counter()
+        # Tokens taken, removed or given back by a command whose reply has not come: in
+        # our processing lists or not, a recount cannot tell (see _pending_while).
+        self._pending: Counter[str] = Counter()
         self._listeners = WakeListeners(self._held, self._listener.run_callback)
         self._changed = asyncio.Event()
         self._arrival = asyncio.Event()
-        self._reconnect_callbacks: dict[int, SignalCallback] = {}
-        self._next_callback_id = 0
-        self._lost: set[int] = set()  # lanes whose connection is lost, not yet restored
+        self._losses = LaneLosses(address, self._listener.run_callback)
         self._closed = False
         self._push = commands.register_script(PUSH_WAKE_TOKENS)
         self._take = commands.register_script(TAKE_WAKE_TOKEN)
@@ -173,7 +178,8 @@ class RedisWakeLists:
         keys = [token_list_key(self._prefix, tag), issued_key(self._prefix, tag)]
         if key in self._lane_of:
             keys.append(processing_key(self._prefix, tag, self.consumer))
-        code, moved = (int(n) for n in await self._take(keys=keys, args=[HINT_TTL_SECONDS]))
+        with self._pending_while({key: 1}):
+            code, moved = (int(n) for n in await self._take(keys=keys, args=[HINT_TTL_SECONDS]))
         if code == 2:
             self._granted[key] += 1
         elif code == 0 and (self._held[key] > 0 or moved > self._held[key] + self._granted[key]):
@@ -206,23 +212,27 @@ class RedisWakeLists:
             # Recorded first: the blocking loops follow the worker's slots even while
             # Redis is unreachable.
             self._listeners.report(callback, free_slots)
-        self._changed.set()
+        self._look_again()
         await self._ready()
         granted, self._granted = self._granted, Counter()
+        if granted:
+            self._look_again()  # their slots are free again
         try:
             if granted:
                 async with self._commands.pipeline(transaction=False) as pipe:
                     for type_name, count in granted.items():
                         pipe.lrem(self._keys.processing(type_name), count, _TOKEN)
-                    await pipe.execute()
+                    with self._pending_while(granted):
+                        await pipe.execute()
             await self._return_surplus()
         except BaseException:
             # Whether the removals or give-backs were carried out is unknown: a token
             # left in a processing list, counted nowhere, would make every consume that
             # finds its list empty wait for it as one in flight. Each lane counts its
-            # lists again before it next blocks, adopting what is still there.
+            # lists again at once (its blocking move ended), adopting what is there.
             for lane in self._lanes.values():
                 lane.recount = True
+                lane.nudge()
             self._changed.set()
             raise
 
@@ -247,7 +257,7 @@ class RedisWakeLists:
             self._listeners.remove(callback, names)
             for unsubscribe in unsubscribes:
                 await unsubscribe()
-            self._changed.set()
+            self._look_again()
 
         try:
             for name in dict.fromkeys(names):
@@ -255,20 +265,13 @@ class RedisWakeLists:
         except BaseException:
             await unsubscribe_all()
             raise
-        self._changed.set()  # a new listener wants tokens (unbounded until it reports)
+        self._look_again()  # a new listener wants tokens (unbounded until it reports)
         return unsubscribe_all
 
     def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
         """Run ``callback`` when a blocking connection was lost or every one restored
         (tokens may have been lost with a restarted server: poll now)."""
-        callback_id = self._next_callback_id
-        self._next_callback_id += 1
-        self._reconnect_callbacks[callback_id] = callback
-
-        async def unsubscribe() -> None:
-            self._reconnect_callbacks.pop(callback_id, None)
-
-        return unsubscribe
+        return self._losses.on_reconnect(callback)
 
     async def close(self) -> None:
         """Stop moving tokens, give back every token this consumer holds, leave the
@@ -285,7 +288,7 @@ class RedisWakeLists:
         finally:
             # Also when the caller's close timeout cut the give-backs short (a master
             # down): no connection outlives close().
-            self._reconnect_callbacks.clear()
+            self._losses.clear()
             for lane in lanes:
                 await lane.line.close()
             self._lanes.clear()
@@ -316,7 +319,7 @@ class RedisWakeLists:
                 await self._restart(lane)
                 if not lane.types:
                     del self._lanes[lane.key]
-                    self._lost.discard(lane.key)
+                    self._losses.forget(lane)
                     await lane.line.close()
                 if not self._lanes:
                     await self._heart.stop()
@@ -361,6 +364,7 @@ class RedisWakeLists:
             await asyncio.wait([task], timeout=0.05)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await lane.stop_nudging()
 
     async def _block_loop(self, lane: Lane, stop: asyncio.Event) -> None:
         """Move tokens of the lane's types while listeners want them, until ``stop``;
@@ -374,15 +378,16 @@ class RedisWakeLists:
                     synced = True
                 elif lane.recount:
                     await self._adopt(lane)
-                self._restored(lane)
-                if self._outstanding() >= self._listeners.demand():
+                self._losses.restored(lane)
+                wanted = self._wanted(lane.types)
+                if not wanted:
                     self._changed.clear()
                     if not stop.is_set():  # set before _changed: no wakeup is lost
                         await self._changed.wait()
                     continue
                 if stop.is_set():
                     return
-                type_name = await move_one(lane, self._keys)
+                type_name = await move_one(lane, self._keys, wanted)
                 if type_name is not None:
                     await self._arrived(type_name)
             except Exception as exc:
@@ -390,16 +395,16 @@ class RedisWakeLists:
                     return  # the connection was closed to interrupt us
                 synced = False
                 lane.line.failed()
-                self._lose(lane, exc)
+                self._losses.lose(lane, exc)
                 await backoff.sleep()
                 continue
             backoff.reset()
 
     async def _arrived(self, type_name: str) -> None:
-        if self._outstanding() >= self._listeners.demand():
-            # Every listener filled up while we were blocked: back to the head of its
-            # list, unannounced (a held token nobody heard of would wait for good), where
-            # the next consumer waiting takes it at once, or we once a slot frees.
+        if not self._wanted([type_name]):
+            # The type's listeners filled up while we were blocked: back to the head of
+            # its list, unannounced (a held token nobody heard of would wait for good),
+            # where the next consumer waiting takes it at once, or we once a slot frees.
             await self._give_back_tokens(type_name, 1)
             return
         self._held[type_name] += 1
@@ -428,22 +433,20 @@ class RedisWakeLists:
                 pipe.llen(self._keys.processing(type_name))
             lengths = await pipe.execute()
         for type_name, length in zip(types, lengths, strict=True):
-            unknown = int(length) - self._held[type_name] - self._granted[type_name]
-            for _ in range(max(unknown, 0)):
+            known = self._held[type_name] + self._granted[type_name] + self._pending[type_name]
+            if self._pending[type_name] > 0:
+                lane.recount = True  # again after the next move: those may not be there
+            for _ in range(max(int(length) - known, 0)):
                 await self._arrived(type_name)
 
     async def _return_surplus(self) -> None:
-        """Give back held tokens beyond what listeners want."""
-        surplus = min(self._outstanding() - self._listeners.demand(), sum(self._held.values()))
-        for type_name in list(self._held):
-            if surplus <= 0:
-                return
-            count = min(self._held[type_name], int(surplus))
-            if count <= 0:
-                continue
-            self._held[type_name] -= count
-            surplus -= count
-            await self._give_back_tokens(type_name, count)
+        """Give back held tokens no listener of their type has a free slot for."""
+        for type_name, surplus in self._listeners.surplus(self._outstanding()).items():
+            count = min(self._held[type_name], surplus)
+            if count > 0:
+                self._held[type_name] -= count
+                with self._pending_while({type_name: count}):
+                    await self._give_back_tokens(type_name, count)
 
     async def _give_back_tokens(self, type_name: str, count: int) -> None:
         """Move ``count`` tokens (0: all, and leave the type's consumers) of our processing
@@ -451,33 +454,32 @@ class RedisWakeLists:
         keys = self._keys.give_back_keys(type_name)
         await self._give_back(keys=keys, args=[count, self.consumer, HINT_TTL_SECONDS])
 
-    # -- connection state --------------------------------------------------------------
-
-    def _lose(self, lane: Lane, exc: Exception) -> None:
-        """The lane's connection failed: poll now (once for every lost lane at a time)."""
-        first = not self._lost
-        self._lost.add(lane.key)
-        if first:
-            logger.warning(
-                "redis wake lists lost the connection; reconnecting",
-                extra={"address": self._address, "error": repr(exc)},
-            )
-            self._fire_reconnect()
-
-    def _restored(self, lane: Lane) -> None:
-        """The lane blocks again: poll now if it was the last one lost."""
-        if lane.key not in self._lost:
-            return
-        self._lost.discard(lane.key)
-        if not self._lost:
-            logger.info("redis wake lists reconnected", extra={"address": self._address})
-            self._fire_reconnect()
-
     # -- helpers ---------------------------------------------------------------------
 
-    def _outstanding(self) -> int:
-        return sum(self._held.values()) + sum(self._granted.values())
+    @contextmanager
+    def _pending_while(self, counts: Mapping[str, int]) -> Iterator[None]:
+        """Count ``counts`` tokens as pending while the command sending them is awaited
+        (a recount does not adopt a token whose removal is on its way)."""
+        self._pending.update(counts)
+        try:
+            yield
+        finally:
+            self._pending.subtract(counts)
 
-    def _fire_reconnect(self) -> None:
-        for callback in list(self._reconnect_callbacks.values()):
-            self._listener.run_callback(callback)
+    def _outstanding(self) -> Counter[str]:
+        """Held plus granted tokens, by type."""
+        return self._held + self._granted
+
+    def _wanted(self, types: Sequence[str]) -> list[str]:
+        """Of ``types``, those a listener has a free slot for one more token of."""
+        return self._listeners.wanted(self._outstanding(), types)
+
+    def _look_again(self) -> None:
+        """Listeners or tokens changed: the loops waiting look again, and a lane blocked
+        on other types than those now wanted ends its blocking move at once."""
+        self._changed.set()
+        moving = [lane for lane in self._lanes.values() if lane.moving]
+        wanted = set(self._wanted([name for lane in moving for name in lane.types]))
+        for lane in moving:
+            if lane.moving != wanted.intersection(lane.types):
+                lane.nudge()

@@ -17,6 +17,8 @@ of other types would have to pop and give back.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,8 +28,11 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import SlotNotCoveredError
 
+from queuert_notify.notify.protocol import SignalCallback, Unsubscribe
 from queuert_notify.notify.redis.sharded_subscriber import node_pool
 from queuert_notify.notify.redis.shared import hash_tag
+
+logger = logging.getLogger(__name__)
 
 BLOCK_TIMEOUT = 5.0
 """Seconds one blocking move waits before it is sent again (a liveness check)."""
@@ -35,6 +40,8 @@ SOCKET_TIMEOUT = BLOCK_TIMEOUT + 5.0
 """A blocking move waits ``BLOCK_TIMEOUT`` on the server; its socket waits longer, so
 only a server that stopped answering (not an idle list) times it out."""
 _UNBLOCK_TIMEOUT = 0.5  # seconds a CLIENT UNBLOCK may take (its node may be gone)
+_NUDGE_GRACE = 2.0  # seconds a nudge keeps trying to end a blocking move
+_NUDGE_EVERY = 0.05  # seconds between its tries (the move may not have reached the server)
 
 
 class BlockingLine(Protocol):
@@ -48,8 +55,11 @@ class BlockingLine(Protocol):
         """Send a command on the connection (a blocking move, or the push after one)."""
         ...
 
-    async def unblock(self, client_id: int) -> None:
-        """End a blocking command on the connection at once, as if it timed out."""
+    async def unblock(self, client_id: int) -> bool:
+        """End a blocking command on the connection at once, with an ``UNBLOCKED`` error
+        (it did nothing); whether one was blocked. Not as if it timed out: that crashes a
+        server without redis/redis#14164 (Redis 7.0 here) when the command is held back by
+        a write pause (a manual failover pauses writes), where ``ERROR`` refuses it."""
         ...
 
     def failed(self) -> None:
@@ -131,11 +141,12 @@ class _ServerLine:
     async def call(self, *args: str | int | float) -> Any:
         return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
 
-    async def unblock(self, client_id: int) -> None:
+    async def unblock(self, client_id: int) -> bool:
         # Bounded: the server may be hanging, and a stop must not wait for it.
         with suppress(TimeoutError):
             async with asyncio.timeout(_UNBLOCK_TIMEOUT):
-                await self._commands.client_unblock(client_id)
+                return bool(await self._commands.client_unblock(client_id, error=True))
+        return False
 
     def failed(self) -> None:
         """Nothing to look up: the connection reconnects to the same address."""
@@ -175,14 +186,16 @@ class _ClusterLine:
             raise RuntimeError("open() the line first")
         return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
 
-    async def unblock(self, client_id: int) -> None:
+    async def unblock(self, client_id: int) -> bool:
         node = self._node
         if node is None:
-            return
+            return False
         # Bounded: the node may be dead or hanging, and a stop must not wait for it.
         with suppress(TimeoutError):
             async with asyncio.timeout(_UNBLOCK_TIMEOUT):
-                await self._cluster.client_unblock(client_id, target_nodes=node)
+                ended = await self._cluster.client_unblock(client_id, error=True, target_nodes=node)
+                return any(ended.values()) if isinstance(ended, dict) else bool(ended)
+        return False
 
     def failed(self) -> None:
         self._stale = True
@@ -205,3 +218,82 @@ class Lane:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     client_id: int | None = None  # of the line's connection, to unblock it
     recount: bool = False  # count the processing lists again before blocking next
+    moving: frozenset[str] = frozenset()  # the types the blocking move waits on (none: idle)
+    moves: int = 0  # blocking moves sent
+    _nudging: asyncio.Task[None] | None = None
+
+    def nudge(self) -> None:
+        """End the blocking move now (the loop then looks again at what to wait on)."""
+        if self.moving and (self._nudging is None or self._nudging.done()):
+            self._nudging = asyncio.create_task(self._end_move(self.moves))
+
+    async def stop_nudging(self) -> None:
+        task, self._nudging = self._nudging, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _end_move(self, move: int) -> None:
+        deadline = asyncio.get_running_loop().time() + _NUDGE_GRACE
+        while self.moving and self.moves == move and self.client_id is not None:
+            # Again until it ends one: the move may not have reached the server yet.
+            with suppress(Exception):
+                if await self.line.unblock(self.client_id):
+                    return
+            if asyncio.get_running_loop().time() >= deadline:
+                return
+            await asyncio.sleep(_NUDGE_EVERY)
+
+
+class LaneLosses:
+    """Which lanes' connections are lost, and the callbacks run when one is lost or the
+    last one restored (tokens may have been lost with a restarted server: poll now)."""
+
+    def __init__(self, address: str, run: Callable[[SignalCallback], None]) -> None:
+        self._address = address
+        self._run = run
+        self._callbacks: dict[int, SignalCallback] = {}
+        self._next_id = 0
+        self._lost: set[int] = set()  # lane keys
+
+    def on_reconnect(self, callback: SignalCallback) -> Unsubscribe:
+        callback_id = self._next_id
+        self._next_id += 1
+        self._callbacks[callback_id] = callback
+
+        async def unsubscribe() -> None:
+            self._callbacks.pop(callback_id, None)
+
+        return unsubscribe
+
+    def lose(self, lane: Lane, exc: Exception) -> None:
+        """The lane's connection failed: poll now (once for every lost lane at a time)."""
+        first = not self._lost
+        self._lost.add(lane.key)
+        if first:
+            logger.warning(
+                "redis wake lists lost the connection; reconnecting",
+                extra={"address": self._address, "error": repr(exc)},
+            )
+            self._fire()
+
+    def restored(self, lane: Lane) -> None:
+        """The lane blocks again: poll now if it was the last one lost."""
+        if lane.key not in self._lost:
+            return
+        self._lost.discard(lane.key)
+        if not self._lost:
+            logger.info("redis wake lists reconnected", extra={"address": self._address})
+            self._fire()
+
+    def forget(self, lane: Lane) -> None:
+        """The lane is gone (its last type left)."""
+        self._lost.discard(lane.key)
+
+    def clear(self) -> None:
+        """Run no callback any more (the consumer closed)."""
+        self._callbacks.clear()
+
+    def _fire(self) -> None:
+        for callback in list(self._callbacks.values()):
+            self._run(callback)

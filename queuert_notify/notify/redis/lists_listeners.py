@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import pairwise
 
 from queuert_notify.notify.protocol import TypeNameCallback
 
@@ -62,13 +63,20 @@ class WakeListeners:
         for callback in list(self._later):
             self._forget_later(callback)
 
-    def demand(self) -> float:
-        """How many tokens listeners want at once (unbounded until every one reported)."""
-        if not self._registrations:
-            return 0
-        if any(callback not in self._free for callback in self._registrations):
-            return math.inf
-        return sum(self._free.values())
+    def wanted(self, outstanding: Mapping[str, int], types: Iterable[str]) -> list[str]:
+        """Of ``types``, those of which a listener has a free slot for one more token: a
+        slot the ``outstanding`` tokens (held or granted, by type) do not fill, however
+        they are shared among the listeners of their types."""
+        slots = self._slots(outstanding)
+        return [name for name in types if slots.path(name) is not None]
+
+    def surplus(self, outstanding: Mapping[str, int]) -> Counter[str]:
+        """The ``outstanding`` tokens, by type, for which no listener has a free slot."""
+        return self._slots(outstanding).unserved
+
+    def _slots(self, outstanding: Mapping[str, int]) -> _Slots:
+        free = {callback: self._free.get(callback, math.inf) for callback in self._registrations}
+        return _Slots(free, self._types_of, outstanding)
 
     def tell(self, type_name: str) -> None:
         """A token of ``type_name`` is being announced to every listener of the type."""
@@ -116,3 +124,69 @@ class WakeListeners:
         later = self._later.pop(callback, None)
         if later is not None:
             later.cancel()
+
+
+class _Slots:
+    """The outstanding tokens shared among the free slots of the listeners of their types,
+    as many as can be (a maximum matching: a token given to one listener is moved to
+    another when that makes room for one more); ``unserved`` counts the rest by type.
+    A listener that has not reported has unbounded free slots."""
+
+    def __init__(
+        self,
+        free: dict[TypeNameCallback, float],
+        types_of: Mapping[TypeNameCallback, Counter[str]],
+        outstanding: Mapping[str, int],
+    ) -> None:
+        self._left = free
+        self._given: dict[TypeNameCallback, Counter[str]] = {c: Counter() for c in free}
+        self._listeners: dict[str, list[TypeNameCallback]] = {}
+        for callback in free:
+            for name, listening in types_of[callback].items():
+                if listening > 0:
+                    self._listeners.setdefault(name, []).append(callback)
+        self.unserved: Counter[str] = Counter()
+        for name, count in outstanding.items():
+            while count > 0 and (path := self.path(name)) is not None:
+                count -= self._give(path, count)
+            if count > 0:
+                self.unserved[name] = count
+
+    def path(self, name: str) -> list[tuple[str, TypeNameCallback]] | None:
+        """How one more token of ``name`` gets a slot: ``(type, listener)`` steps, the
+        first giving it to a listener of ``name``, each next one moving a token of its
+        type from the previous step's listener to its own, the last listener's slot free;
+        None when there is no way."""
+        came_from: dict[TypeNameCallback, tuple[str, TypeNameCallback | None]] = {}
+        queue: deque[TypeNameCallback] = deque()
+        steps: Iterable[tuple[str, TypeNameCallback | None]] = [(name, None)]
+        while True:
+            for type_name, previous in steps:
+                for callback in self._listeners.get(type_name, ()):
+                    if callback not in came_from:
+                        came_from[callback] = (type_name, previous)
+                        queue.append(callback)
+            if not queue:
+                return None
+            callback = queue.popleft()
+            if self._left[callback] > 0:
+                break
+            steps = [(given, callback) for given, n in self._given[callback].items() if n > 0]
+        path: list[tuple[str, TypeNameCallback]] = []
+        at: TypeNameCallback | None = callback
+        while at is not None:
+            type_name, previous = came_from[at]
+            path.append((type_name, at))
+            at = previous
+        return path[::-1]
+
+    def _give(self, path: list[tuple[str, TypeNameCallback]], most: int) -> int:
+        """Give up to ``most`` tokens along ``path``; how many."""
+        moved = [self._given[frm][name] for (_, frm), (name, _) in pairwise(path)]
+        count = int(min(most, self._left[path[-1][1]], *moved))
+        self._left[path[-1][1]] -= count
+        for (_, frm), (name, _) in pairwise(path):
+            self._given[frm][name] -= count
+        for name, callback in path:
+            self._given[callback][name] += count
+        return count

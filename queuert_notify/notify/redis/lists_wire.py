@@ -29,6 +29,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from queuert_notify.notify.payloads import decode_text, scheduled_counts
 from queuert_notify.notify.protocol import HINT_TTL_SECONDS
 from queuert_notify.notify.redis.lists_lines import BLOCK_TIMEOUT, Lane, LaneKeys
@@ -99,32 +101,55 @@ class ConsumerKeys:
         return [self.consumer, int(self.timeout * 1000), HINT_TTL_SECONDS, *prefixes]
 
 
-async def move_one(lane: Lane, keys: ConsumerKeys) -> str | None:
-    """Block until a token of one of the lane's types is in the consumer's processing
-    list of its type; that type, or None (the block timed out)."""
-    types = list(lane.types)
+async def move_one(lane: Lane, keys: ConsumerKeys, types: Sequence[str]) -> str | None:
+    """Block until a token of one of ``types`` (of the lane) is in the consumer's
+    processing list of its type; that type, or None (the block timed out or was ended:
+    :meth:`Lane.nudge`)."""
     if len(types) == 1:
         [type_name] = types
-        token = await lane.line.call(
-            "BLMOVE",
-            keys.tokens(type_name),
-            keys.processing(type_name),
-            "LEFT",
-            "RIGHT",
-            BLOCK_TIMEOUT,
-        )
-        return type_name if token is not None else None
+        tokens, processing = keys.tokens(type_name), keys.processing(type_name)
+        moved = await _blocking(lane, types, "BLMOVE", tokens, processing, "LEFT", "RIGHT")
+        return type_name if moved is not None else None
     by_key = {keys.tokens(name): name for name in types}
-    reply = await lane.line.call("BLMPOP", BLOCK_TIMEOUT, len(by_key), *by_key, "LEFT", "COUNT", 1)
+    reply = await _blocking(lane, types, "BLMPOP", len(by_key), *by_key, "LEFT", "COUNT", 1)
     if not reply:
         return None
     popped = by_key.get(decode_text(reply[0]) or "")
     if popped is None:
         return None
     # Not atomic with the pop: a consumer killed during this one round trip loses the
-    # token (its job is still found by a catch-up poll).
-    await lane.line.call("RPUSH", keys.processing(popped), *reply[1])
-    return popped
+    # token (its job is still found by a catch-up poll). Held back by a write pause, the
+    # push may be refused by a CLIENT UNBLOCK meant for the blocking move: sent again.
+    while True:
+        try:
+            await lane.line.call("RPUSH", keys.processing(popped), *reply[1])
+            return popped
+        except ResponseError as exc:
+            if not _unblocked(exc):
+                raise
+
+
+async def _blocking(lane: Lane, types: Sequence[str], command: str, *args: str | int) -> Any:
+    """Send the lane's blocking move (``BLMOVE`` or ``BLMPOP``, on ``types``); its reply,
+    or None when it timed out or was ended (``CLIENT UNBLOCK ... ERROR``: it moved
+    nothing)."""
+    lane.moving = frozenset(types)
+    lane.moves += 1
+    timeout_first = command == "BLMPOP"
+    command_args = (BLOCK_TIMEOUT, *args) if timeout_first else (*args, BLOCK_TIMEOUT)
+    try:
+        return await lane.line.call(command, *command_args)
+    except ResponseError as exc:
+        if _unblocked(exc):
+            return None
+        raise
+    finally:
+        lane.moving = frozenset()
+
+
+def _unblocked(exc: ResponseError) -> bool:
+    """Whether a command was refused or ended by ``CLIENT UNBLOCK ... ERROR``."""
+    return str(exc).startswith("UNBLOCKED")
 
 
 class Heartbeat:

@@ -169,6 +169,15 @@ def _ours(
     return Side(name, command, postgres=state == "postgres", sqlalchemy_url=True)
 
 
+def _shown(path: str) -> str:
+    """``path`` as a report shows it: relative to the checkout when it lies inside it,
+    so that a report read elsewhere names no machine's folders."""
+    try:
+        return str(Path(path).relative_to(_ROOT))
+    except ValueError:
+        return path
+
+
 def _baseline(side: Side, root: str) -> Side:
     """``side`` run from the checkout at ``root`` (``--baseline``), alternating with this
     tree's."""
@@ -454,7 +463,7 @@ async def run(args: argparse.Namespace) -> str:
     notes = [
         "each side runs as a subprocess per round (ours and the floors from this "
         "interpreter, the peers from "
-        + (", ".join(found.pythons) or "their virtualenvs")
+        + (", ".join(_shown(python) for python in found.pythons) or "their virtualenvs")
         + "), with a Postgres database of its own created for the round and dropped after "
         "it; timings are taken inside the driver (benchmarks/peers/workloads.py), so "
         "interpreter start, imports and schema installation are not counted",

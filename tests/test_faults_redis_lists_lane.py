@@ -1,0 +1,79 @@
+"""``RedisNotifyAdapter(wake="lists")``: the lane's blocking connection under faults —
+dropped (the lane reconnects as a new client, and its nudges follow it), its moves
+ended by a report while another report's nudge still retries, and a lane stopped while
+its push is held back by a write pause."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from queuert_notify import RedisNotifyAdapter
+from queuert_notify.notify.redis import lists_wire
+from queuert_notify.testing import Recorder
+from tests.support.queue_helpers import wait_until
+from tests.support.redis_helpers import delete_prefix, named
+from tests.support.services import OwnServer
+
+
+@pytest.fixture
+async def admin(redis_url: str, prefix: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    await client.aclose()
+    await delete_prefix(redis_url, prefix)
+
+
+async def _blocked_ids(admin: Redis, name: str | None = None) -> set[int]:
+    """The ids of the clients (named ``name``, when given) waiting in a blocking move."""
+    return {
+        int(c["id"])
+        for c in await admin.client_list()
+        if (name is None or c.get("name") == name)
+        and c.get("cmd") in ("blmove", "blmpop")
+        and "b" in c["flags"]
+    }
+
+
+async def _reporting(adapter: RedisNotifyAdapter, types: list[str], free_slots: int) -> Recorder:
+    """A listener of ``types`` on ``adapter`` that reported ``free_slots``."""
+    heard = Recorder()
+    await adapter.listen_job_scheduled(types, heard)
+    await adapter.acknowledge_wakes(heard, free_slots)
+    return heard
+
+
+async def test_a_dropped_blocking_connection_is_replaced_and_nudged_as_the_new_client(
+    admin: Redis, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane's blocking connection is dropped (CLIENT KILL: a proxy, a timeout, a
+    network blip). The lane notices (on_reconnect runs: poll now), reconnects as a new
+    client, and a report that makes another type wanted ends its new blocking move at
+    once: the unblock names the new connection (not when the move times out, put off
+    here)."""
+    monkeypatch.setattr(lists_wire, "BLOCK_TIMEOUT", 8.0)  # below the socket's timeout
+    async with (
+        RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists") as producer,
+        RedisNotifyAdapter(named(redis_url, prefix), prefix=prefix, wake="lists") as worker,
+    ):
+        reconnects = Recorder()
+        worker.on_reconnect(reconnects)
+        busy = await _reporting(worker, ["a"], 0)
+        await _reporting(worker, ["b"], 1)
+        await wait_until(lambda: _blocked_ids(admin, prefix), timeout=5)
+        (dropped,) = await _blocked_ids(admin, prefix)
+
+        await admin.client_kill_filter(_id=str(dropped))
+
+        await reconnects.wait_for(2, within=5)  # lost, then restored
+
+        async def blocking_again() -> bool:
+            return bool(await _blocked_ids(admin, prefix) - {dropped})
+
+        await wait_until(blocking_again, timeout=5)
+        await worker.acknowledge_wakes(busy, 1)
+        await producer.notify_jobs_scheduled({"a": 1})
+        await busy.wait_for(1, within=4)

@@ -16,7 +16,7 @@ from queuert_notify.notify.redis import lists_wire
 from queuert_notify.testing import Recorder
 from tests.support.queue_helpers import wait_until
 from tests.support.redis_helpers import delete_prefix, named
-from tests.support.services import OwnServer
+from tests.support.tcp_proxy import TcpProxy
 
 
 @pytest.fixture
@@ -77,3 +77,37 @@ async def test_a_dropped_blocking_connection_is_replaced_and_nudged_as_the_new_c
         await worker.acknowledge_wakes(busy, 1)
         await producer.notify_jobs_scheduled({"a": 1})
         await busy.wait_for(1, within=4)
+
+
+async def test_a_nudge_for_a_newer_move_is_not_lost_while_an_older_nudge_retries(
+    admin: Redis, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remote server (replies take a moment): a report ends the lane's blocking move
+    while that move is being served (its unblock ends nothing, and is tried again a
+    moment later); the lane's next move, on the types then wanted, is out before that
+    try, when another report makes one more type wanted. That report's nudge ends the
+    newer move at once (not when it times out, put off here)."""
+    monkeypatch.setattr(lists_wire, "BLOCK_TIMEOUT", 8.0)  # below the socket's timeout
+    proxy = await TcpProxy.in_front_of(redis_url)
+    proxy.delay = 0.01
+    async with (
+        RedisNotifyAdapter(redis_url, prefix=prefix, wake="lists") as producer,
+        RedisNotifyAdapter(
+            named(proxy.url(redis_url), prefix), prefix=prefix, wake="lists"
+        ) as worker,
+    ):
+        first = await _reporting(worker, ["a"], 2)
+        second = await _reporting(worker, ["b"], 1)
+        third = await _reporting(worker, ["c"], 0)
+        await wait_until(lambda: _blocked_ids(admin, prefix), timeout=5)  # on a and b
+
+        await producer.notify_jobs_scheduled({"a": 1})  # served at once; the reply is slow
+        # b no longer wanted: ends the move being served (the unblock finds none).
+        leaving = asyncio.create_task(worker.acknowledge_wakes(second, 0))
+        await first.wait_for(1, within=5)  # the next move is out, on a alone
+        await worker.acknowledge_wakes(third, 1)  # c wanted: that move must end
+        await leaving
+
+        await producer.notify_jobs_scheduled({"c": 1})
+        await third.wait_for(1, within=4)
+    await proxy.close()

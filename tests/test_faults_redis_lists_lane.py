@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
 from queuert_notify import RedisNotifyAdapter
 from queuert_notify.notify.redis import lists_wire
+from queuert_notify.notify.redis.shared import token_list_key
 from queuert_notify.testing import Recorder
 from tests.support.queue_helpers import wait_until
 from tests.support.redis_helpers import delete_prefix, named
+from tests.support.services import own_redis_server
 from tests.support.tcp_proxy import TcpProxy
 
 
@@ -111,3 +115,41 @@ async def test_a_nudge_for_a_newer_move_is_not_lost_while_an_older_nudge_retries
         await producer.notify_jobs_scheduled({"c": 1})
         await third.wait_for(1, within=4)
     await proxy.close()
+
+
+async def test_a_lane_stopped_while_its_push_is_held_back_by_a_write_pause_keeps_the_token(
+    tmp_path: Path,
+) -> None:
+    """A manual failover pauses writes just after the lane's BLMPOP took a token, so the
+    RPUSH into its processing list waits (a private server: CLIENT PAUSE WRITE). The lane
+    stops meanwhile (its listener of the type leaves): the push is not refused (on Redis
+    7.0 a refused command still runs once writes resume: one more token each time); once
+    writes resume, the one token goes back to its list."""
+    for server in own_redis_server(tmp_path):
+        admin = Redis.from_url(server.url, decode_responses=True)
+        try:
+            async with RedisNotifyAdapter(server.url, prefix="p", wake="lists") as worker:
+                leave = await worker.listen_job_scheduled(["a", "b"], Recorder())
+                await worker.listen_job_scheduled(["a"], Recorder())  # the lane stays
+                await wait_until(partial(_blocked_ids, admin), timeout=5)
+                async with admin.pipeline(transaction=False) as pipe:
+                    pipe.rpush(token_list_key("p", "b"), "1")  # the BLMPOP takes it
+                    pipe.client_pause(60_000, all=False)  # before its RPUSH comes
+                    await pipe.execute()
+                await wait_until(partial(_held_back, admin, "rpush"), timeout=5)
+
+                leaving = asyncio.create_task(leave())
+                await asyncio.sleep(0.3)  # the lane stops meanwhile
+                await admin.client_unpause()
+                await leaving
+
+                assert await admin.llen(token_list_key("p", "b")) == 1
+        finally:
+            await admin.client_unpause()
+            await admin.aclose()
+
+
+async def _held_back(admin: Redis, command: str) -> bool:
+    """Whether a ``command`` waits for a write pause to end."""
+    clients = await admin.client_list()
+    return any(c.get("cmd") == command and "b" in c["flags"] for c in clients)

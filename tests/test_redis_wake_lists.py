@@ -293,12 +293,14 @@ async def _unblocks(admin: Redis, more_than: int | None = None) -> int | bool:
 
 
 async def test_a_token_whose_removal_is_in_flight_is_not_adopted_by_a_recount(
-    private: Private,
+    private: Private, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A recount (here after another listener's acknowledgement was cancelled) while an
     acknowledgement's LREM is on its way (held back by CLIENT PAUSE WRITE, a private
     server) finds that token still in the processing list: it is not adopted, or its
-    listener would be woken for a claim with nothing to claim."""
+    listener would be woken for a claim with nothing to claim. The recount runs at once,
+    not when the blocking move next times out (put off here)."""
+    monkeypatch.setattr(lists_wire, "BLOCK_TIMEOUT", 8.0)  # below the socket's timeout
     admin, producer, worker = private
     first = await _reporting(worker, ["t"], 1)
     second = await _reporting(worker, ["u"], 1)

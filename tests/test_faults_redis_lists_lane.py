@@ -6,7 +6,6 @@ its push is held back by a write pause."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 
@@ -18,17 +17,12 @@ from queuert_notify.notify.redis import lists_wire
 from queuert_notify.notify.redis.shared import token_list_key
 from queuert_notify.testing import Recorder
 from tests.support.queue_helpers import wait_until
-from tests.support.redis_helpers import delete_prefix, named
+from tests.support.redis_helpers import named
 from tests.support.services import own_redis_server
 from tests.support.tcp_proxy import TcpProxy
+from tests.test_redis_wake_lists import _reporting
 
-
-@pytest.fixture
-async def admin(redis_url: str, prefix: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    await client.aclose()
-    await delete_prefix(redis_url, prefix)
+pytest_plugins = ["tests.support.redis_fixtures"]
 
 
 async def _blocked_ids(admin: Redis, name: str | None = None) -> set[int]:
@@ -42,16 +36,8 @@ async def _blocked_ids(admin: Redis, name: str | None = None) -> set[int]:
     }
 
 
-async def _reporting(adapter: RedisNotifyAdapter, types: list[str], free_slots: int) -> Recorder:
-    """A listener of ``types`` on ``adapter`` that reported ``free_slots``."""
-    heard = Recorder()
-    await adapter.listen_job_scheduled(types, heard)
-    await adapter.acknowledge_wakes(heard, free_slots)
-    return heard
-
-
 async def test_a_dropped_blocking_connection_is_replaced_and_nudged_as_the_new_client(
-    admin: Redis, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+    redis: Redis, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lane's blocking connection is dropped (CLIENT KILL: a proxy, a timeout, a
     network blip). The lane notices (on_reconnect runs: poll now), reconnects as a new
@@ -67,15 +53,15 @@ async def test_a_dropped_blocking_connection_is_replaced_and_nudged_as_the_new_c
         worker.on_reconnect(reconnects)
         busy = await _reporting(worker, ["a"], 0)
         await _reporting(worker, ["b"], 1)
-        await wait_until(lambda: _blocked_ids(admin, prefix), timeout=5)
-        (dropped,) = await _blocked_ids(admin, prefix)
+        await wait_until(lambda: _blocked_ids(redis, prefix), timeout=5)
+        (dropped,) = await _blocked_ids(redis, prefix)
 
-        await admin.client_kill_filter(_id=str(dropped))
+        await redis.client_kill_filter(_id=str(dropped))
 
         await reconnects.wait_for(2, within=5)  # lost, then restored
 
         async def blocking_again() -> bool:
-            return bool(await _blocked_ids(admin, prefix) - {dropped})
+            return bool(await _blocked_ids(redis, prefix) - {dropped})
 
         await wait_until(blocking_again, timeout=5)
         await worker.acknowledge_wakes(busy, 1)
@@ -84,7 +70,7 @@ async def test_a_dropped_blocking_connection_is_replaced_and_nudged_as_the_new_c
 
 
 async def test_a_nudge_for_a_newer_move_is_not_lost_while_an_older_nudge_retries(
-    admin: Redis, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+    redis: Redis, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A remote server (replies take a moment): a report ends the lane's blocking move
     while that move is being served (its unblock ends nothing, and is tried again a
@@ -103,7 +89,7 @@ async def test_a_nudge_for_a_newer_move_is_not_lost_while_an_older_nudge_retries
         first = await _reporting(worker, ["a"], 2)
         second = await _reporting(worker, ["b"], 1)
         third = await _reporting(worker, ["c"], 0)
-        await wait_until(lambda: _blocked_ids(admin, prefix), timeout=5)  # on a and b
+        await wait_until(lambda: _blocked_ids(redis, prefix), timeout=5)  # on a and b
 
         await producer.notify_jobs_scheduled({"a": 1})  # served at once; the reply is slow
         # b no longer wanted: ends the move being served (the unblock finds none).

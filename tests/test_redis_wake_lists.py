@@ -26,16 +26,10 @@ from queuert_notify.notify.redis.shared import (
 )
 from queuert_notify.testing import Recorder
 from tests.support.queue_helpers import wait_until
-from tests.support.redis_helpers import delete_prefix, named
+from tests.support.redis_helpers import named
 from tests.support.services import own_redis_server
 
-
-@pytest.fixture
-async def redis(redis_url: str, prefix: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    await client.aclose()
-    await delete_prefix(redis_url, prefix)
+pytest_plugins = ["tests.support.redis_fixtures"]
 
 
 @pytest.fixture

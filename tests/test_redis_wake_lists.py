@@ -26,16 +26,10 @@ from queuert_notify.notify.redis.shared import (
 )
 from queuert_notify.testing import Recorder
 from tests.support.queue_helpers import wait_until
-from tests.support.redis_helpers import delete_prefix, named
+from tests.support.redis_helpers import named
 from tests.support.services import own_redis_server
 
-
-@pytest.fixture
-async def redis(redis_url: str, prefix: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    await client.aclose()
-    await delete_prefix(redis_url, prefix)
+pytest_plugins = ["tests.support.redis_fixtures"]
 
 
 @pytest.fixture
@@ -293,12 +287,14 @@ async def _unblocks(admin: Redis, more_than: int | None = None) -> int | bool:
 
 
 async def test_a_token_whose_removal_is_in_flight_is_not_adopted_by_a_recount(
-    private: Private,
+    private: Private, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A recount (here after another listener's acknowledgement was cancelled) while an
     acknowledgement's LREM is on its way (held back by CLIENT PAUSE WRITE, a private
     server) finds that token still in the processing list: it is not adopted, or its
-    listener would be woken for a claim with nothing to claim."""
+    listener would be woken for a claim with nothing to claim. The recount runs at once,
+    not when the blocking move next times out (put off here)."""
+    monkeypatch.setattr(lists_wire, "BLOCK_TIMEOUT", 8.0)  # below the socket's timeout
     admin, producer, worker = private
     first = await _reporting(worker, ["t"], 1)
     second = await _reporting(worker, ["u"], 1)

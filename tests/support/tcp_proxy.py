@@ -20,6 +20,9 @@ class TcpProxy:
       ``reset_times``), as a server that is going away does;
     - ``mode = "blackhole"``: accepts and forwards nothing either way, and open links
       go silent too (a hung server or a partitioned network).
+
+    ``delay`` seconds (0: none) hold up every chunk either way, as a remote server's
+    round trip does.
     """
 
     def __init__(self, target_host: str, target_port: int) -> None:
@@ -32,6 +35,7 @@ class TcpProxy:
         self._mode: Mode = "forward"
         self.reset = 0
         self.reset_times: list[float] = []  # loop.time() of each connection reset
+        self.delay = 0.0
         self.port = 0
 
     @classmethod
@@ -117,6 +121,8 @@ class TcpProxy:
     async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         try:
             while data := await source.read(65536):
+                if self.delay:
+                    await asyncio.sleep(self.delay)
                 await self._flowing.wait()
                 sink.write(data)
                 await sink.drain()

@@ -356,9 +356,11 @@ class RedisWakeLists:
         self._changed.set()
         deadline = asyncio.get_running_loop().time() + _STOP_GRACE
         while not task.done() and asyncio.get_running_loop().time() < deadline:
-            if lane.client_id is not None:
-                # Ends a blocking move at once, as if it had timed out; sent again in case
-                # the move reached the server after the first one.
+            if lane.moving and lane.client_id is not None:
+                # Ends a blocking move at once (it moved nothing); sent again in case the
+                # move reached the server after the first one. Never another command: the
+                # push after a BLMPOP, held back by a write pause, would be refused, and
+                # Redis 7.0 runs it all the same once writes resume.
                 with suppress(Exception):
                     await lane.line.unblock(lane.client_id)
             await asyncio.wait([task], timeout=0.05)

@@ -221,11 +221,21 @@ class Lane:
     moving: frozenset[str] = frozenset()  # the types the blocking move waits on (none: idle)
     moves: int = 0  # blocking moves sent
     _nudging: asyncio.Task[None] | None = None
+    _nudged: int = 0  # the move the nudging task ends
 
     def nudge(self) -> None:
-        """End the blocking move now (the loop then looks again at what to wait on)."""
-        if self.moving and (self._nudging is None or self._nudging.done()):
-            self._nudging = asyncio.create_task(self._end_move(self.moves))
+        """End the blocking move now (the loop then looks again at what to wait on). A
+        nudge still trying to end an earlier move is replaced: that move may have been
+        served, and the task would give up on seeing this one, leaving it to time out."""
+        if not self.moving:
+            return
+        running = self._nudging is not None and not self._nudging.done()
+        if running and self._nudged == self.moves:
+            return
+        if self._nudging is not None:
+            self._nudging.cancel()
+        self._nudged = self.moves
+        self._nudging = asyncio.create_task(self._end_move(self.moves))
 
     async def stop_nudging(self) -> None:
         task, self._nudging = self._nudging, None

@@ -20,6 +20,8 @@ from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.client import PubSub
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
@@ -100,7 +102,11 @@ class RedisServerTransport(BudgetChannelAdapter):
         """Lists mode on this server: the command client, plus a blocking connection of
         its own (never shared with commands or the subscriber)."""
         pool = _copy_pool(self._commands.connection_pool)
-        pool.connection_kwargs.update(socket_timeout=SOCKET_TIMEOUT)
+        # No silent reconnect (the command pool's retry would resend the blocking move on
+        # a new connection): the lane must see the failure, to learn its new client id
+        # (what its nudges unblock), count its lists again (a move whose reply was lost)
+        # and run the on_reconnect callbacks.
+        pool.connection_kwargs.update(socket_timeout=SOCKET_TIMEOUT, retry=Retry(NoBackoff(), 0))
         return RedisWakeLists(
             self._commands,
             ServerPlacement(self._commands, pool),

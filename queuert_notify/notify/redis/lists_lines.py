@@ -66,6 +66,16 @@ class BlockingLine(Protocol):
         """A call failed: before the next ``open``, learn where the keys live."""
         ...
 
+    async def ping(self) -> Any:
+        """Send ``PING`` on the connection; the next reply on it, unparsed: not ``PONG``
+        when it is the late reply of a command sent before."""
+        ...
+
+    async def drop(self) -> None:
+        """Close the connection: a command held back on it is discarded, and no late
+        reply is read as another command's. The next ``open`` connects again."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -148,8 +158,14 @@ class _ServerLine:
                 return bool(await self._commands.client_unblock(client_id, error=True))
         return False
 
+    async def ping(self) -> Any:
+        return await _next_reply(self._client)
+
     def failed(self) -> None:
         """Nothing to look up: the connection reconnects to the same address."""
+
+    async def drop(self) -> None:
+        await _disconnect(self._client)
 
     async def close(self) -> None:
         await self._client.aclose(close_connection_pool=True)
@@ -197,13 +213,38 @@ class _ClusterLine:
                 return any(ended.values()) if isinstance(ended, dict) else bool(ended)
         return False
 
+    async def ping(self) -> Any:
+        if self._client is None:
+            raise RuntimeError("open() the line first")
+        return await _next_reply(self._client)
+
     def failed(self) -> None:
         self._stale = True
+
+    async def drop(self) -> None:
+        if self._client is not None:
+            await _disconnect(self._client)
 
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose(close_connection_pool=True)
+
+
+async def _next_reply(client: Redis) -> Any:
+    """``PING`` on a single-connection client; the next reply read, not parsed as PING's."""
+    await client.initialize()
+    connection = client.connection
+    if connection is None:
+        raise RuntimeError("no connection")
+    await connection.send_command("PING")
+    return await connection.read_response()
+
+
+async def _disconnect(client: Redis) -> None:
+    """Close a single-connection client's connection (reopened by its next command)."""
+    if client.connection is not None:
+        await client.connection.disconnect()
 
 
 @dataclass(eq=False)

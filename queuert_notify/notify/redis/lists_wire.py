@@ -50,6 +50,7 @@ TOKEN_CAP = 10_000
 consumers that find it empty wake anyway until the marker expires (60 s)."""
 
 _STOP_GRACE = 2.0  # seconds the heartbeat gets to stop before it is cancelled
+_IN_STEP_TIMEOUT = 0.5  # seconds the PING after an ended move may take (else reopened)
 
 
 def token_pushes(prefix: str, counts: Mapping[str, int], keys: LaneKeys) -> list[ScriptCall]:
@@ -119,7 +120,9 @@ async def move_one(lane: Lane, keys: ConsumerKeys, types: Sequence[str]) -> str 
         return None
     # Not atomic with the pop: a consumer killed during this one round trip loses the
     # token (its job is still found by a catch-up poll). Held back by a write pause, the
-    # push may be refused by a CLIENT UNBLOCK meant for the blocking move: sent again.
+    # push may be refused by a CLIENT UNBLOCK meant for the blocking move: Redis 7.0 still
+    # runs it once writes resume unless its connection is gone, so it is sent again on a
+    # new connection (the lane's nudges then unblock that one).
     while True:
         try:
             await lane.line.call("RPUSH", keys.processing(popped), *reply[1])
@@ -127,12 +130,13 @@ async def move_one(lane: Lane, keys: ConsumerKeys, types: Sequence[str]) -> str 
         except ResponseError as exc:
             if not _unblocked(exc):
                 raise
+        await _reopen(lane)
 
 
 async def _blocking(lane: Lane, types: Sequence[str], command: str, *args: str | int) -> Any:
     """Send the lane's blocking move (``BLMOVE`` or ``BLMPOP``, on ``types``); its reply,
     or None when it timed out or was ended (``CLIENT UNBLOCK ... ERROR``: it moved
-    nothing)."""
+    nothing, or see :func:`_in_step`)."""
     lane.moving = frozenset(types)
     lane.moves += 1
     timeout_first = command == "BLMPOP"
@@ -140,11 +144,38 @@ async def _blocking(lane: Lane, types: Sequence[str], command: str, *args: str |
     try:
         return await lane.line.call(command, *command_args)
     except ResponseError as exc:
-        if _unblocked(exc):
-            return None
-        raise
+        if not _unblocked(exc):
+            raise
     finally:
         lane.moving = frozenset()
+    return await _in_step(lane)
+
+
+async def _in_step(lane: Lane) -> Any:
+    """After a move ended ``UNBLOCKED``: None if it is gone, else its late reply. Held
+    back by a write pause (a manual failover), Redis 7.0 answers it ``UNBLOCKED`` yet runs
+    it once writes resume, its reply read as the next command's: so the connection's next
+    reply must be a ``PING``'s at once. If not, that reply (if any) is the move's, and the
+    connection is dropped (Redis discards a move not run yet) for a new one. A move run
+    before Redis saw the drop is lost with its reply: a ``BLMOVE``'s token is in a
+    processing list, which the lane counts again; a ``BLMPOP``'s is gone (its job is
+    still found by a catch-up poll)."""
+    reply = None
+    with suppress(TimeoutError):
+        async with asyncio.timeout(_IN_STEP_TIMEOUT):
+            reply = await lane.line.ping()
+            if reply in (b"PONG", "PONG"):
+                return None
+    await _reopen(lane)
+    lane.recount = True
+    return reply
+
+
+async def _reopen(lane: Lane) -> None:
+    """Drop the lane's connection (a command held back on it is discarded) for a new one,
+    whose client id the lane's nudges unblock."""
+    await lane.line.drop()
+    lane.client_id = await lane.line.open()
 
 
 def _unblocked(exc: ResponseError) -> bool:

@@ -283,6 +283,43 @@ async def test_a_blocking_move_held_back_by_a_write_pause_is_ended_without_harm(
     assert await admin.llen(processing_key("p", "b", consumer)) == 1
 
 
+async def test_a_held_back_move_unblocked_twice_loses_no_token_and_stays_in_step(
+    private: Private,
+) -> None:
+    """Two unblocks of one held-back move (a nudge and another, or a stop's): Redis 7.0
+    answers the second ``UNBLOCKED`` too, ahead of the lane's ``PING``. That answer is
+    the move's end, not a reply of the server's own: the connection is dropped, no later
+    command of the lane reads a reply meant for another, and every token is heard once."""
+    admin, producer, worker = private
+    busy = await _reporting(worker, ["a"], 0)
+    idle = await _reporting(worker, ["b"], 1)
+    await wait_until(partial(_blocked, admin, "blmove"), timeout=5)
+    await admin.client_pause(60_000, all=False)
+    await worker.acknowledge_wakes(busy, 1)  # a is wanted too: the move is sent again
+    await wait_until(partial(_blocked, admin, "blmpop"), timeout=5)  # sent while paused
+    [held] = [c["id"] for c in await admin.client_list() if c["cmd"] == "blmpop"]
+
+    await asyncio.gather(
+        admin.client_unblock(held, error=True), admin.client_unblock(held, error=True)
+    )
+
+    await wait_until(partial(_gone, admin, held), timeout=5)
+    await admin.client_unpause()
+    await producer.notify_jobs_scheduled({"a": 1, "b": 1})
+    await idle.wait_for(1, within=5)
+    await busy.wait_for(1, within=5)
+    (consumer,) = await admin.zrange(consumers_key("p", "a"), 0, -1)
+    assert await admin.llen(processing_key("p", "a", consumer)) == 1
+    assert await admin.llen(processing_key("p", "b", consumer)) == 1
+    assert await worker.consume_wake_hint("b") is True
+    await worker.acknowledge_wakes(idle, 1)
+    await producer.notify_jobs_scheduled({"b": 1})
+    await idle.wait_for(2, within=5)
+    assert idle.calls == [("b",), ("b",)]
+    assert busy.calls == [("a",)]
+    assert await admin.llen(processing_key("p", "b", consumer)) == 1
+
+
 async def _gone(admin: Redis, client_id: str) -> bool:
     """Whether the (private) server's client ``client_id`` is gone."""
     return all(c["id"] != client_id for c in await admin.client_list())

@@ -161,21 +161,32 @@ async def _in_step(lane: Lane) -> Any:
     processing list, which the lane counts again; a ``BLMPOP``'s is gone (its job is
     still found by a catch-up poll)."""
     reply = None
-    with suppress(TimeoutError):
+    try:
         async with asyncio.timeout(_IN_STEP_TIMEOUT):
             reply = await lane.line.ping()
             if reply in (b"PONG", "PONG"):
                 return None
+    except TimeoutError:
+        pass
+    except ResponseError as exc:
+        if not _unblocked(exc):
+            # The move's late reply was an error (READONLY after a failover): the PING's
+            # own answer still waits on this connection, which no later command may read.
+            await lane.line.drop()
+            raise
+        # A second unblock ended the held-back move: as if nothing had come.
     await _reopen(lane)
-    lane.recount = True
     return reply
 
 
 async def _reopen(lane: Lane) -> None:
     """Drop the lane's connection (a command held back on it is discarded) for a new one,
-    whose client id the lane's nudges unblock."""
+    whose client id the lane's nudges unblock. A command held back may still have run
+    before Redis saw the drop (a token moved, a push made twice): the lane counts its
+    lists again."""
     await lane.line.drop()
     lane.client_id = await lane.line.open()
+    lane.recount = True
 
 
 def _unblocked(exc: ResponseError) -> bool:

@@ -256,13 +256,7 @@ async def test_a_blocking_move_held_back_by_a_write_pause_is_ended_without_harm(
     carries on, and the lane waits on its types again once writes resume: no token is
     lost, and every reply the lane reads is its own command's."""
     admin, producer, worker = private
-    busy = await _reporting(worker, ["a"], 0)
-    idle = await _reporting(worker, ["b"], 1)
-    await wait_until(partial(_blocked, admin, "blmove"), timeout=5)
-    await admin.client_pause(60_000, all=False)
-    await worker.acknowledge_wakes(busy, 1)  # a is wanted too: the move is sent again
-    await wait_until(partial(_blocked, admin, "blmpop"), timeout=5)  # sent while paused
-    [held] = [c["id"] for c in await admin.client_list() if c["cmd"] == "blmpop"]
+    busy, idle, held = await _a_move_held_back(admin, worker)
 
     await worker.acknowledge_wakes(busy, 0)  # a is not: the held back move is ended
 
@@ -291,13 +285,7 @@ async def test_a_held_back_move_unblocked_twice_loses_no_token_and_stays_in_step
     the move's end, not a reply of the server's own: the connection is dropped, no later
     command of the lane reads a reply meant for another, and every token is heard once."""
     admin, producer, worker = private
-    busy = await _reporting(worker, ["a"], 0)
-    idle = await _reporting(worker, ["b"], 1)
-    await wait_until(partial(_blocked, admin, "blmove"), timeout=5)
-    await admin.client_pause(60_000, all=False)
-    await worker.acknowledge_wakes(busy, 1)  # a is wanted too: the move is sent again
-    await wait_until(partial(_blocked, admin, "blmpop"), timeout=5)  # sent while paused
-    [held] = [c["id"] for c in await admin.client_list() if c["cmd"] == "blmpop"]
+    busy, idle, held = await _a_move_held_back(admin, worker)
 
     await asyncio.gather(
         admin.client_unblock(held, error=True), admin.client_unblock(held, error=True)
@@ -318,6 +306,22 @@ async def test_a_held_back_move_unblocked_twice_loses_no_token_and_stays_in_step
     assert idle.calls == [("b",), ("b",)]
     assert busy.calls == [("a",)]
     assert await admin.llen(processing_key("p", "b", consumer)) == 1
+
+
+async def _a_move_held_back(
+    admin: Redis, worker: RedisNotifyAdapter
+) -> tuple[Recorder, Recorder, str]:
+    """A busy listener of ``a`` and an idle one of ``b``; writes paused, then ``a``
+    wanted too, so the lane's move is sent again and held back by the pause. Returns the
+    two listeners and the held-back client's id."""
+    busy = await _reporting(worker, ["a"], 0)
+    idle = await _reporting(worker, ["b"], 1)
+    await wait_until(partial(_blocked, admin, "blmove"), timeout=5)
+    await admin.client_pause(60_000, all=False)
+    await worker.acknowledge_wakes(busy, 1)  # a is wanted too: the move is sent again
+    await wait_until(partial(_blocked, admin, "blmpop"), timeout=5)  # sent while paused
+    [held] = [c["id"] for c in await admin.client_list() if c["cmd"] == "blmpop"]
+    return busy, idle, held
 
 
 async def _gone(admin: Redis, client_id: str) -> bool:
